@@ -1,0 +1,3 @@
+from .configuration_elmo import ElmoConfig
+from .modeling_elmo import ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
+from .tokenization_elmo import ElmoTokenizer

@@ -1,0 +1,225 @@
+"""Reading and writing original ELMo checkpoints (`options.json` + `weights.hdf5`) and hf_elmo model folders.
+
+The array mapping itself lives in `weight_mapping.py`; this module does the I/O around it: downloads, HDF5
+reading and writing, and folders that appear whole or not at all.
+"""
+
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import urllib.error
+import urllib.request
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .configuration_elmo import ElmoConfig
+from .modeling_elmo import ElmoModel
+from .tokenization_elmo import ElmoTokenizer
+from .weight_mapping import original_to_state_dict, state_dict_to_original
+
+# The released original model (Peters et al., 2018), as published by AllenNLP.
+ORIGINAL_ELMO_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/2x4096_512_2048cnn_2xhighway/"
+ORIGINAL_OPTIONS_URL = ORIGINAL_ELMO_URL + "elmo_2x4096_512_2048cnn_2xhighway_options.json"
+ORIGINAL_WEIGHTS_URL = ORIGINAL_ELMO_URL + "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"
+
+
+class ElmoConversionError(Exception):
+    """An original checkpoint or model folder that cannot be converted; the message says why."""
+
+
+def _h5py():
+    try:
+        import h5py
+    except ImportError as error:
+        raise ElmoConversionError("reading and writing original checkpoints needs h5py: pip install h5py") from error
+    return h5py
+
+
+# -- files and URLs --------------------------------------------------------------------------------------------------
+
+
+def resolve_file(path_or_url: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
+    """A local path as is; an http(s) URL downloaded once (with a progress bar) into `cache_dir`."""
+    text = str(path_or_url)
+    if not text.startswith(("http://", "https://")):
+        path = Path(text)
+        if not path.is_file():
+            raise ElmoConversionError(f"no such file: {path}")
+        return path
+    cache = Path(cache_dir or os.environ.get("HF_ELMO_CACHE", Path.home() / ".cache" / "hf_elmo"))
+    target = cache / text.rstrip("/").rsplit("/", 1)[-1]
+    if target.is_file():
+        return target
+    cache.mkdir(parents=True, exist_ok=True)
+    partial = target.with_name(target.name + ".part")
+    try:
+        with urllib.request.urlopen(text, timeout=30) as response, open(partial, "wb") as out:
+            from tqdm.auto import tqdm
+
+            total = int(response.headers.get("Content-Length") or 0) or None
+            with tqdm(total=total, unit="B", unit_scale=True, desc=target.name) as progress:
+                while chunk := response.read(1 << 20):
+                    out.write(chunk)
+                    progress.update(len(chunk))
+    except (urllib.error.URLError, OSError) as error:
+        partial.unlink(missing_ok=True)
+        reason = getattr(error, "reason", error)
+        raise ElmoConversionError(
+            f"could not download {text}: {reason}. Without network access, fetch the file elsewhere and pass "
+            f"its local path instead."
+        ) from error
+    partial.replace(target)
+    return target
+
+
+def read_options(path: str | os.PathLike) -> dict:
+    """The parsed `options.json`."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            options = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ElmoConversionError(f"{path} is not a readable options.json: {error}") from error
+    if not isinstance(options, dict):
+        raise ElmoConversionError(f"{path} is not an ELMo options.json (its top level is not an object)")
+    return options
+
+
+def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
+    """Every dataset of an original `weights.hdf5`, by its path inside the file."""
+    h5py = _h5py()
+    arrays = {}
+    try:
+        with h5py.File(path, "r") as handle:
+            def collect(name, item):
+                if isinstance(item, h5py.Dataset):
+                    arrays[name] = item[()]
+
+            handle.visititems(collect)
+    except OSError as error:
+        raise ElmoConversionError(f"{path} is not a readable HDF5 file (truncated or not HDF5?): {error}") from error
+    if not arrays:
+        raise ElmoConversionError(f"{path} holds no datasets: it is not an ELMo weight file")
+    return arrays
+
+
+def load_original(options_file, weight_file, cache_dir=None) -> ElmoModel:
+    """An `ElmoModel` (in eval mode) with the weights of an original checkpoint; paths or URLs."""
+    options = read_options(resolve_file(options_file, cache_dir))
+    try:
+        config = ElmoConfig.from_original_options(options)
+    except ValueError as error:
+        raise ElmoConversionError(f"{options_file}: {error}") from error
+    arrays = read_weights(resolve_file(weight_file, cache_dir))
+    try:
+        state_dict = original_to_state_dict(arrays, config)
+    except ValueError as error:
+        raise ElmoConversionError(f"{weight_file} does not match {options_file}: {error}") from error
+    model = ElmoModel(config)
+    model.load_state_dict(state_dict, strict=True)
+    return model.eval()
+
+
+@contextlib.contextmanager
+def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
+    """
+    Yields a temporary folder beside `output_dir` that becomes `output_dir` only if the block succeeds; on any
+    error it is removed and `output_dir` is left as it was.
+    """
+    output_dir = Path(output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise ElmoConversionError(f"{output_dir} exists and is not a folder")
+    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
+        raise ElmoConversionError(f"{output_dir} exists and is not empty (pass overwrite to replace it)")
+    output_dir.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    try:
+        yield staging
+        if output_dir.exists():
+            shutil.rmtree(output_dir)
+        staging.rename(output_dir)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+
+
+# -- original -> hf_elmo ---------------------------------------------------------------------------------------------
+
+
+def render_model_card(template: str, **values) -> str:
+    """Fills the `{name}` fields of a model card template."""
+    return template.format(**values)
+
+
+def default_model_card_template() -> str:
+    return resources.files("hf_elmo.model_cards").joinpath("converted_elmo.md").read_text(encoding="utf-8")
+
+
+def convert(
+    options_file,
+    weight_file,
+    output_dir,
+    overwrite: bool = False,
+    cache_dir=None,
+    model_card_template: str | None = None,
+) -> Path:
+    """
+    Converts an original checkpoint into a `from_pretrained`-ready folder: `config.json`, `model.safetensors`, the
+    tokenizer files and a model card `README.md`. The folder appears complete or not at all.
+    """
+    model = load_original(options_file, weight_file, cache_dir)
+    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+    template = model_card_template if model_card_template is not None else default_model_card_template()
+    with atomic_directory(output_dir, overwrite) as staging:
+        model.save_pretrained(staging)
+        tokenizer.save_pretrained(staging)
+        card = render_model_card(
+            template,
+            options_file=Path(str(options_file)).name,
+            weight_file=Path(str(weight_file)).name,
+            n_layers=model.config.n_layers,
+            cell_dim=model.config.cell_dim,
+            projection_dim=model.config.projection_dim,
+            n_parameters=f"{model.num_parameters():,}",
+        )
+        (staging / "README.md").write_text(card, encoding="utf-8")
+    return Path(output_dir)
+
+
+# -- hf_elmo -> original ---------------------------------------------------------------------------------------------
+
+
+def export(model_dir, output_dir, overwrite: bool = False) -> Path:
+    """Writes `options.json` + `weights.hdf5` in the original layout from a model folder (or an `ElmoModel`)."""
+    model = model_dir if isinstance(model_dir, ElmoModel) else _load_model_folder(model_dir)
+    state_dict = {key: value.float() if value.is_floating_point() else value for key, value in
+                  model.state_dict().items()}
+    try:
+        arrays = state_dict_to_original(state_dict, model.config)
+    except ValueError as error:
+        raise ElmoConversionError(str(error)) from error
+    h5py = _h5py()
+    with atomic_directory(output_dir, overwrite) as staging:
+        with open(staging / "options.json", "w", encoding="utf-8") as handle:
+            json.dump(model.config.to_original_options(), handle, indent=2)
+        with h5py.File(staging / "weights.hdf5", "w") as handle:
+            for name, array in arrays.items():
+                handle.create_dataset(name, data=array)
+    return Path(output_dir)
+
+
+def _load_model_folder(model_dir) -> ElmoModel:
+    path = Path(model_dir)
+    if not (path / "config.json").is_file():
+        raise ElmoConversionError(f"{model_dir} is not an hf_elmo model folder (no config.json)")
+    try:
+        model = ElmoModel.from_pretrained(path, dtype=torch.float32)
+    except (OSError, ValueError) as error:
+        raise ElmoConversionError(f"{model_dir} could not be loaded as an ElmoModel: {error}") from error
+    return model.eval()
+
+
+__all__ = ["convert", "export", "load_original", "resolve_file", "ElmoConversionError"]

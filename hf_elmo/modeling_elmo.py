@@ -1,0 +1,304 @@
+"""ELMo (Peters et al., 2018): a character CNN feeding two independent stacks of projected, clipped LSTMs."""
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from transformers import PreTrainedModel
+from transformers.utils import ModelOutput
+
+from .configuration_elmo import ElmoConfig
+
+# TensorFlow's LSTMCell adds this to the forget gate at run time; the original files store the bias without it.
+FORGET_BIAS = 1.0
+# Rows of the character table: 261 trained characters after a zero row for "no character".
+CHAR_TABLE_ROWS = 262
+
+
+@dataclass
+class ElmoModelOutput(ModelOutput):
+    """
+    Args:
+        last_hidden_state (`torch.FloatTensor` of shape `(batch, positions, 2 * projection_dim)`):
+            the top layer, `[forward ; backward]`, zero at padded positions.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*): all `n_layers + 1` layers, each of the shape above;
+            layer 0 is the character encoder's output twice, `[x ; x]`.
+        final_state (`tuple(torch.FloatTensor, torch.FloatTensor)`, *optional*): `(hidden, memory)` of every LSTM
+            after each row's last valid position, of shapes `(n_layers, 2, batch, projection_dim)` and
+            `(n_layers, 2, batch, cell_dim)`; index 0 of the second axis is the forward direction.
+    """
+
+    last_hidden_state: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+    final_state: tuple[torch.FloatTensor, torch.FloatTensor] | None = None
+
+
+class ElmoHighway(nn.Module):
+    """One highway layer: `gate * relu(x W_n^T + b_n) + (1 - gate) * x` with `gate = sigmoid(x W_g^T + b_g)`."""
+
+    def __init__(self, dim: int):
+        super().__init__()
+        self.nonlinear_weight = nn.Parameter(torch.empty(dim, dim))
+        self.nonlinear_bias = nn.Parameter(torch.empty(dim))
+        self.gate_weight = nn.Parameter(torch.empty(dim, dim))
+        self.gate_bias = nn.Parameter(torch.empty(dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate = torch.sigmoid(F.linear(x, self.gate_weight, self.gate_bias))
+        return gate * torch.relu(F.linear(x, self.nonlinear_weight, self.nonlinear_bias)) + (1.0 - gate) * x
+
+
+class ElmoCharacterEncoder(nn.Module):
+    """Context-independent word representation from character ids: embedding, CNN, max-pool, highways, projection."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.char_embedding = nn.Embedding(CHAR_TABLE_ROWS, config.char_embedding_dim, padding_idx=0)
+        self.convolutions = nn.ModuleList(
+            nn.Conv1d(config.char_embedding_dim, n_filters, width) for width, n_filters in config.filters
+        )
+        self.activation = torch.tanh if config.activation == "tanh" else torch.relu
+        self.highways = nn.ModuleList(ElmoHighway(config.n_filters) for _ in range(config.n_highway))
+        # bilm-tf projects only when the widths differ.
+        self.projection = (
+            nn.Linear(config.n_filters, config.projection_dim) if config.n_filters != config.projection_dim else None
+        )
+
+    def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
+        """`char_ids` `(words, max_characters_per_token)` -> `(words, projection_dim)`."""
+        chars = self.char_embedding(char_ids).transpose(1, 2)  # (words, char_dim, chars)
+        pooled = [self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions]
+        x = torch.cat(pooled, dim=-1)
+        for highway in self.highways:
+            x = highway(x)
+        return self.projection(x) if self.projection is not None else x
+
+
+class ElmoLstmLayer(nn.Module):
+    """
+    One layer of one direction: an LSTM whose memory is clipped and whose output is projected and clipped, as
+    TensorFlow's `LSTMCell(num_proj=..., cell_clip=..., proj_clip=...)`. Gates are ordered input, forget, cell, output.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        cell_dim, projection_dim = config.cell_dim, config.projection_dim
+        self.cell_dim = cell_dim
+        self.cell_clip = config.cell_clip
+        # bilm-tf projects (and then clips) the output only when it is narrower than the memory.
+        projected = projection_dim < cell_dim
+        self.proj_clip = config.proj_clip if projected else None
+        self.input_weight = nn.Parameter(torch.empty(4 * cell_dim, projection_dim))
+        self.recurrent_weight = nn.Parameter(torch.empty(4 * cell_dim, projection_dim if projected else cell_dim))
+        self.bias = nn.Parameter(torch.empty(4 * cell_dim))
+        self.projection_weight = nn.Parameter(torch.empty(projection_dim, cell_dim)) if projected else None
+
+    def forward(
+        self, inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """
+        Runs left to right. `inputs` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool with each row's
+        valid steps first, `hidden` `(batch, projection_dim)`, `memory` `(batch, cell_dim)`. Returns the outputs
+        `(batch, steps, projection_dim)` (zero at invalid steps) and the state after each row's last valid step.
+        """
+        input_gates = F.linear(inputs, self.input_weight, self.bias)  # every step in one product
+        outputs = inputs.new_zeros(inputs.shape[0], inputs.shape[1], hidden.shape[-1])
+        for step in range(inputs.shape[1]):
+            gates = input_gates[:, step] + F.linear(hidden, self.recurrent_weight)
+            in_gate, forget_gate, cell_input, out_gate = gates.split(self.cell_dim, dim=-1)
+            new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(
+                forget_gate + FORGET_BIAS
+            ) * memory
+            if self.cell_clip is not None:
+                new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
+            new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
+            if self.projection_weight is not None:
+                new_hidden = F.linear(new_hidden, self.projection_weight)
+            if self.proj_clip is not None:
+                new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)
+            valid = mask[:, step, None]
+            hidden = torch.where(valid, new_hidden, hidden)
+            memory = torch.where(valid, new_memory, memory)
+            outputs[:, step] = torch.where(valid, new_hidden, 0.0)
+        return outputs, hidden, memory
+
+
+def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """Reverses the first `lengths[b]` steps of each row `b` of `x` `(batch, steps, ...)`; the rest stay in place."""
+    steps = torch.arange(x.shape[1], device=x.device)
+    index = torch.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)
+    index = index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x)
+    return x.gather(1, index)
+
+
+class ElmoBiLm(nn.Module):
+    """Two independent stacks of `n_layers` LSTM layers: one reads each row forward, the other backward."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.use_skip_connections = config.use_skip_connections
+        self.forward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.n_layers))
+        self.backward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.n_layers))
+
+    def forward(
+        self, tokens: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """
+        `tokens` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool, right-padded; `hidden`, `memory` the
+        initial state `(n_layers, 2, batch, dim)`. Returns each layer's `[forward ; backward]` output and the final
+        state in the layout of the initial one.
+        """
+        lengths = mask.sum(dim=1)
+        final_hidden, final_memory = [], []
+        layer_outputs = []
+        forward_input, backward_input = tokens, reverse_valid_steps(tokens, lengths)
+        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
+            forward_output, forward_h, forward_c = forward_layer(forward_input, mask, hidden[index, 0], memory[index, 0])
+            backward_output, backward_h, backward_c = backward_layer(
+                backward_input, mask, hidden[index, 1], memory[index, 1]
+            )
+            if self.use_skip_connections and index > 0:
+                forward_output = forward_output + forward_input
+                backward_output = backward_output + backward_input
+            layer_outputs.append(torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1))
+            final_hidden.append(torch.stack([forward_h, backward_h]))
+            final_memory.append(torch.stack([forward_c, backward_c]))
+            forward_input, backward_input = forward_output, backward_output
+        return layer_outputs, torch.stack(final_hidden), torch.stack(final_memory)
+
+
+class ElmoPreTrainedModel(PreTrainedModel):
+    config_class = ElmoConfig
+    base_model_prefix = "elmo"
+    main_input_name = "input_ids"
+    supports_gradient_checkpointing = False
+    _no_split_modules = ["ElmoLstmLayer"]
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module):
+        """bilm-tf's initialisation: scaled normal weights, zero biases, highway gates biased to carry."""
+        if isinstance(module, nn.Embedding):
+            nn.init.uniform_(module.weight, -1.0, 1.0)
+            module.weight[0].zero_()
+        elif isinstance(module, nn.Conv1d):
+            nn.init.normal_(module.weight, std=(1.0 / (module.in_channels * module.kernel_size[0])) ** 0.5)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, ElmoHighway):
+            for weight in (module.nonlinear_weight, module.gate_weight):
+                nn.init.normal_(weight, std=(1.0 / weight.shape[1]) ** 0.5)
+            nn.init.zeros_(module.nonlinear_bias)
+            nn.init.constant_(module.gate_bias, -2.0)
+        elif isinstance(module, ElmoLstmLayer):
+            for weight in (module.input_weight, module.recurrent_weight, module.projection_weight):
+                if weight is not None:
+                    bound = (6.0 / sum(weight.shape)) ** 0.5
+                    nn.init.uniform_(weight, -bound, bound)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, std=(1.0 / module.in_features) ** 0.5)
+            nn.init.zeros_(module.bias)
+
+
+class ElmoModel(ElmoPreTrainedModel):
+    r"""
+    The ELMo biLM. Deterministic: no state is kept between calls. To carry the LSTM state across batches (as the
+    original stateful code did), pass the `final_state` of one call as the `initial_state` of the next.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        self.char_encoder = ElmoCharacterEncoder(config)
+        self.bilm = ElmoBiLm(config)
+        self.post_init()
+
+    def embed_words(self, input_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
+        """
+        Context-independent representation of every position: `input_ids` `(batch, positions, chars)` ->
+        `(batch, positions, projection_dim)`, zero at padded positions. Each distinct word is encoded once.
+        """
+        flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
+        distinct_ids, where = torch.unique(flat_ids, dim=0, return_inverse=True)
+        embedded = self.char_encoder(distinct_ids)[where]
+        return embedded.view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        initial_state: tuple[torch.Tensor, torch.Tensor] | None = None,
+        return_final_state: bool = False,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        **kwargs,
+    ) -> ElmoModelOutput | tuple:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, positions, max_characters_per_token)`): character ids
+                from [`ElmoTokenizer`]; an all-zero row is padding.
+            attention_mask (`torch.Tensor` of shape `(batch, positions)`, *optional*): 1 for valid positions, which
+                must come first in each row. Derived from `input_ids` when absent.
+            initial_state (`tuple(torch.Tensor, torch.Tensor)`, *optional*): `(hidden, memory)` to start every LSTM
+                from, in the layout of `final_state`; zeros when absent.
+            return_final_state (`bool`): also return `final_state`.
+            output_hidden_states (`bool`, *optional*): also return all `n_layers + 1` representation layers.
+        """
+        kwargs.pop("token_type_ids", None)
+        if kwargs:
+            raise TypeError(f"ElmoModel.forward got unexpected arguments: {sorted(kwargs)}")
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        mask = self._validated_mask(input_ids, attention_mask)
+        hidden, memory = self._validated_state(initial_state, input_ids.shape[0], input_ids.device)
+
+        tokens = self.embed_words(input_ids, mask)
+        layer_outputs, final_hidden, final_memory = self.bilm(tokens, mask, hidden, memory)
+        token_layer = torch.cat([tokens, tokens], dim=-1)
+        all_layers = (token_layer, *layer_outputs)
+
+        output = ElmoModelOutput(
+            last_hidden_state=all_layers[-1],
+            hidden_states=all_layers if output_hidden_states else None,
+            final_state=(final_hidden, final_memory) if return_final_state else None,
+        )
+        return output if return_dict else output.to_tuple()
+
+    def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+        """The boolean `(batch, positions)` mask, checked to be right-padded."""
+        if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.max_characters_per_token:
+            raise ValueError(
+                f"input_ids must have shape (batch, positions, {self.config.max_characters_per_token}), "
+                f"got {tuple(input_ids.shape)}"
+            )
+        if input_ids.shape[0] == 0:
+            raise ValueError("cannot run on an empty batch")
+        if attention_mask is None:
+            mask = (input_ids > 0).any(dim=-1)
+        else:
+            if attention_mask.shape != input_ids.shape[:2]:
+                raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} does not match input_ids "
+                                 f"{tuple(input_ids.shape[:2])}")
+            mask = attention_mask.bool()
+        lengths = mask.sum(dim=1, keepdim=True)
+        if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
+            raise ValueError("attention_mask must mark each row's valid positions first (right padding)")
+        return mask
+
+    def _validated_state(self, initial_state, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+        config = self.config
+        hidden_shape = (config.n_layers, 2, batch_size, config.projection_dim)
+        memory_shape = (config.n_layers, 2, batch_size, config.cell_dim)
+        dtype = self.char_encoder.char_embedding.weight.dtype
+        if initial_state is None:
+            return torch.zeros(hidden_shape, dtype=dtype, device=device), torch.zeros(memory_shape, dtype=dtype,
+                                                                                      device=device)
+        hidden, memory = initial_state
+        if tuple(hidden.shape) != hidden_shape or tuple(memory.shape) != memory_shape:
+            raise ValueError(f"initial_state must be (hidden {hidden_shape}, memory {memory_shape}), got "
+                             f"({tuple(hidden.shape)}, {tuple(memory.shape)})")
+        return hidden.to(dtype), memory.to(dtype)
+
+
+__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput"]
