@@ -1,0 +1,80 @@
+"""Shared fixtures: the original test checkpoint in ../shared, tiny random models, original-layout files."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo.weight_mapping import parameter_groups
+
+FIXTURE_DIR = Path(__file__).resolve().parents[1].parent / "shared" / "fixtures" / "allennlp-elmo"
+
+
+@pytest.fixture(scope="session")
+def fixture_dir() -> Path:
+    """`../shared/fixtures/allennlp-elmo`: a small original checkpoint with activations from bilm-tf."""
+    if not (FIXTURE_DIR / "lm_weights.hdf5").is_file():
+        pytest.skip(f"the original test checkpoint is not at {FIXTURE_DIR} (../shared beside the project)")
+    return FIXTURE_DIR
+
+
+@pytest.fixture(scope="session")
+def fixture_model(fixture_dir) -> ElmoModel:
+    """The original test checkpoint as an `ElmoModel` in eval mode (do not modify it in a test)."""
+    from hf_elmo.conversion import load_original
+
+    return load_original(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
+
+
+@pytest.fixture(scope="session")
+def fixture_sentences(fixture_dir) -> list[list[str]]:
+    """The 3 lists of 10 sentences of the fixture, as given (words separated by single spaces)."""
+    return json.loads((fixture_dir / "sentences.json").read_text(encoding="utf-8"))
+
+
+def tiny_config(**overrides) -> ElmoConfig:
+    """A config small enough for fast tests; keyword arguments override any option."""
+    options = dict(char_embedding_dim=4, filters=[[1, 4], [2, 8], [3, 8]], n_highway=1, projection_dim=8,
+                   cell_dim=16, n_layers=2, cell_clip=3.0, proj_clip=3.0, use_skip_connections=True,
+                   max_characters_per_token=20)
+    options.update(overrides)
+    return ElmoConfig(**options)
+
+
+def random_original_arrays(config: ElmoConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random float32 datasets in the original layout for `config`, by dataset name."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for group in parameter_groups(config):
+        for name, shape in zip(group.original_names, group.original_shapes):
+            arrays[name] = rng.normal(scale=0.5, size=shape).astype(np.float32)
+    return arrays
+
+
+def write_original_checkpoint(folder: Path, config: ElmoConfig, seed: int = 0, arrays=None) -> tuple[Path, Path]:
+    """Writes `options.json` and `weights.hdf5` in the original layout; returns their paths."""
+    import h5py
+
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = random_original_arrays(config, seed) if arrays is None else arrays
+    options_file, weight_file = folder / "options.json", folder / "weights.hdf5"
+    options_file.write_text(json.dumps(config.to_original_options()), encoding="utf-8")
+    with h5py.File(weight_file, "w") as handle:
+        for name, array in arrays.items():
+            handle.create_dataset(name, data=array)
+    return options_file, weight_file
+
+
+@pytest.fixture
+def tiny_model() -> ElmoModel:
+    """A randomly initialised tiny `ElmoModel` in eval mode."""
+    torch.manual_seed(0)
+    return ElmoModel(tiny_config()).eval()
+
+
+@pytest.fixture
+def tiny_tokenizer() -> ElmoTokenizer:
+    return ElmoTokenizer(max_characters_per_token=20)
