@@ -58,6 +58,8 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"filters must be a non-empty list of [width, n_filters] pairs, got {filters!r}")
         if max(width for width, _ in filters) > max_characters_per_token:
             raise ValueError("a filter is wider than max_characters_per_token")
+        if projection_dim > cell_dim:
+            raise ValueError(f"projection_dim ({projection_dim}) cannot exceed cell_dim ({cell_dim})")
         if n_layers < 1:
             raise ValueError(f"n_layers must be at least 1, got {n_layers}")
         self.char_embedding_dim = char_embedding_dim

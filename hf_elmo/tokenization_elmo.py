@@ -168,8 +168,6 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             pair_batched, seconds = self._as_batch_of_words(text_pair, is_split_into_words, "text_pair")
             if pair_batched != batched or len(seconds) != len(firsts):
                 raise ValueError("text and text_pair must both be single sentences or batches of the same size")
-        if not firsts:
-            raise ValueError("cannot encode an empty batch")
         if max_length is not None and truncation is None:
             truncation = True
         limit = (max_length or self.model_max_length) if truncation not in (None, False, "do_not_truncate") else None
@@ -206,18 +204,20 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             return False, [self.split_words(text)]
         if not isinstance(text, Sequence) or isinstance(text, bytes):
             raise TypeError(f"{name} must be a str or a list, got {type(text).__name__}")
+        if len(text) == 0:
+            raise ValueError("cannot encode an empty batch")
         if not is_split_into_words:
             return True, [self.split_words(t) for t in text]
-        if len(text) > 0 and all(isinstance(t, str) for t in text):
-            return False, [list(text)]
-        for sentence in text:
+        batched = any(isinstance(t, Sequence) and not isinstance(t, str) for t in text)
+        sentences = text if batched else [text]
+        for sentence in sentences:
             if isinstance(sentence, str) or not isinstance(sentence, Sequence):
                 raise TypeError(f"with is_split_into_words=True, {name} must be a list of words or a list of "
                                 f"lists of words; got an element of type {type(sentence).__name__}")
             for word in sentence:
                 if not isinstance(word, str):
                     raise TypeError(f"a word must be a str, got {type(word).__name__}: {word!r}")
-        return True, [list(sentence) for sentence in text]
+        return batched, [list(sentence) for sentence in sentences]
 
     def _encode_one(self, words, pair, add_special_tokens, limit):
         """Rows, word ids and token type ids of one (possibly paired) example, truncated to `limit` positions."""

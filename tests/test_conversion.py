@@ -1,0 +1,152 @@
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.conversion import ElmoConversionError, convert, export, load_original, resolve_file
+
+from conftest import random_original_arrays, tiny_config, write_original_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def read_all(path) -> dict[str, np.ndarray]:
+    arrays = {}
+    with h5py.File(path, "r") as handle:
+        handle.visititems(lambda name, item: arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset)
+                          else None)
+    return arrays
+
+
+def assert_same_bits(first: dict, second: dict):
+    assert sorted(first) == sorted(second)
+    for name in first:
+        assert first[name].dtype == second[name].dtype == np.float32, name
+        np.testing.assert_array_equal(first[name].view(np.uint32), second[name].view(np.uint32), err_msg=name)
+
+
+def run_script(name, *args):
+    return subprocess.run([sys.executable, str(ROOT / "conversion" / name), *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_converted_folder_loads_and_matches(fixture_dir, fixture_model, tmp_path):
+    output = convert(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", tmp_path / "elmo")
+    assert sorted(p.name for p in output.iterdir()) >= ["README.md", "config.json", "model.safetensors",
+                                                        "tokenizer_config.json"]
+    model = ElmoModel.from_pretrained(output).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(output)
+    batch = tokenizer(["The cat sat .", "A dog"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        assert torch.equal(model(**batch).last_hidden_state, fixture_model(**batch).last_hidden_state)
+    card = (output / "README.md").read_text()
+    assert card.startswith("---\n") and "library_name: hf_elmo" in card and "lm_weights.hdf5" in card
+
+
+def test_scripts_round_trip_the_fixture_bit_exact(fixture_dir, tmp_path):
+    converted = run_script("convert_allennlp_elmo.py", "--options-file", fixture_dir / "options.json",
+                           "--weight-file", fixture_dir / "lm_weights.hdf5", "--output-dir", tmp_path / "hf")
+    assert converted.returncode == 0, converted.stderr
+    exported = run_script("export_allennlp_elmo.py", "--model-dir", tmp_path / "hf", "--output-dir", tmp_path / "tf")
+    assert exported.returncode == 0, exported.stderr
+    assert_same_bits(read_all(tmp_path / "tf" / "weights.hdf5"), read_all(fixture_dir / "lm_weights.hdf5"))
+    original_options = json.loads((fixture_dir / "options.json").read_text())
+    assert json.loads((tmp_path / "tf" / "options.json").read_text()) == original_options
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(use_skip_connections=False), dict(activation="tanh", n_highway=0), dict(max_characters_per_token=30),
+     dict(n_characters=261), dict(filters=[[1, 4], [2, 4]], projection_dim=8), dict(projection_dim=16, cell_dim=16)],
+    ids=lambda overrides: ",".join(f"{k}={v}" for k, v in overrides.items()),
+)
+def test_random_checkpoints_round_trip_bit_exact(overrides, tmp_path):
+    config = tiny_config(**overrides)
+    options_file, weight_file = write_original_checkpoint(tmp_path / "original", config, seed=7)
+    convert(options_file, weight_file, tmp_path / "hf")
+    assert ElmoModel.from_pretrained(tmp_path / "hf").config.to_original_options() == config.to_original_options()
+    assert ElmoTokenizer.from_pretrained(tmp_path / "hf").max_characters_per_token == config.max_characters_per_token
+    export(tmp_path / "hf", tmp_path / "back")
+    assert_same_bits(read_all(tmp_path / "back" / "weights.hdf5"), read_all(weight_file))
+    reloaded = load_original(tmp_path / "back" / "options.json", tmp_path / "back" / "weights.hdf5")
+    assert reloaded.config.to_original_options() == config.to_original_options()
+
+
+def test_export_widens_reduced_precision_to_float32(tmp_path):
+    model = ElmoModel(tiny_config()).to(torch.bfloat16)
+    exported = export(model, tmp_path / "bf16")  # widening to float32 is exact
+    assert read_all(exported / "weights.hdf5")["char_embed"].dtype == np.float32
+
+
+def test_shape_mismatch_names_the_dataset_and_writes_nothing(tmp_path):
+    config = tiny_config()
+    arrays = random_original_arrays(config)
+    arrays["CNN_proj/W_proj"] = np.zeros((20, 9), np.float32)
+    options_file, weight_file = write_original_checkpoint(tmp_path / "original", config, arrays=arrays)
+    with pytest.raises(ElmoConversionError, match=r"'CNN_proj/W_proj' has shape \(20, 9\)"):
+        convert(options_file, weight_file, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+    assert [p.name for p in tmp_path.iterdir()] == ["original"]  # no staging folder left behind
+
+
+def test_options_that_disagree_with_the_weights(tmp_path):
+    options_file, weight_file = write_original_checkpoint(tmp_path / "original", tiny_config(n_highway=2))
+    options = json.loads(options_file.read_text())
+    options["char_cnn"]["n_highway"] = 1
+    options_file.write_text(json.dumps(options))
+    with pytest.raises(ElmoConversionError, match="CNN_high_1"):
+        load_original(options_file, weight_file)
+
+
+def test_truncated_and_foreign_files(tmp_path):
+    options_file, weight_file = write_original_checkpoint(tmp_path / "original", tiny_config())
+    truncated = tmp_path / "truncated.hdf5"
+    truncated.write_bytes(weight_file.read_bytes()[:2000])
+    with pytest.raises(ElmoConversionError, match="not a readable HDF5 file"):
+        convert(options_file, truncated, tmp_path / "out")
+    foreign = tmp_path / "foreign.hdf5"
+    with h5py.File(foreign, "w") as handle:
+        handle.create_dataset("model/layer_1/kernel", data=np.zeros((3, 3), np.float32))
+    with pytest.raises(ElmoConversionError, match="no dataset 'char_embed'"):
+        convert(options_file, foreign, tmp_path / "out")
+    with pytest.raises(ElmoConversionError, match="not a readable options.json"):
+        convert(weight_file, weight_file, tmp_path / "out")
+    with pytest.raises(ElmoConversionError, match="no such file"):
+        convert(tmp_path / "missing.json", weight_file, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_existing_output_is_kept_unless_overwrite(tmp_path):
+    options_file, weight_file = write_original_checkpoint(tmp_path / "original", tiny_config())
+    target = tmp_path / "out"
+    target.mkdir()
+    (target / "keep.txt").write_text("mine")
+    with pytest.raises(ElmoConversionError, match="not empty"):
+        convert(options_file, weight_file, target)
+    assert (target / "keep.txt").read_text() == "mine"
+    convert(options_file, weight_file, target, overwrite=True)
+    assert not (target / "keep.txt").exists() and (target / "model.safetensors").is_file()
+
+
+def test_export_refuses_a_folder_that_is_not_a_model(tmp_path):
+    with pytest.raises(ElmoConversionError, match="not an hf_elmo model folder"):
+        export(tmp_path, tmp_path / "out")
+
+
+def test_unreachable_url_gives_a_clear_error(tmp_path):
+    with pytest.raises(ElmoConversionError, match="could not download http://127.0.0.1:9/options.json"):
+        resolve_file("http://127.0.0.1:9/options.json", cache_dir=tmp_path)
+    assert list(tmp_path.iterdir()) == []  # no partial download left
+
+
+def test_script_reports_errors_without_traceback(tmp_path):
+    result = run_script("convert_allennlp_elmo.py", "--options-file", tmp_path / "nope.json", "--weight-file",
+                        tmp_path / "nope.hdf5", "--output-dir", tmp_path / "out")
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: no such file") and "Traceback" not in result.stderr

@@ -1,0 +1,259 @@
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.modeling_elmo import FORGET_BIAS, reverse_valid_steps
+
+from conftest import tiny_config
+
+PARITY_TOLERANCE = 1e-5
+
+
+def fixture_batches(fixture_sentences):
+    """The fixture's protocol: batch i is [sentences[0][i], sentences[1][i], sentences[2][i]]."""
+    return [[fixture_sentences[k][i].split(" ") for k in range(3)] for i in range(10)]
+
+
+def reference_top_layer(fixture_dir, k, i):
+    with h5py.File(fixture_dir / f"lm_embeddings_{k}.hdf5", "r") as handle:
+        halves = handle[str(i)][()]
+    return np.concatenate([halves[0], halves[1]], axis=-1)
+
+
+def test_parity_with_tensorflow_with_state_carried(fixture_dir, fixture_model, fixture_sentences):
+    tokenizer = ElmoTokenizer()
+    state, worst = None, 0.0
+    for i, batch in enumerate(fixture_batches(fixture_sentences)):
+        encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            output = fixture_model(**encoded, initial_state=state, return_final_state=True)
+        state = output.final_state
+        for k, words in enumerate(batch):
+            ours = output.last_hidden_state[k, 1 : len(words) + 1].numpy()
+            worst = max(worst, float(np.abs(ours - reference_top_layer(fixture_dir, k, i)).max()))
+    print(f"\nparity with bilm-tf, top layer, 30 sentences, state carried: max |diff| = {worst:.2e}")
+    assert worst <= PARITY_TOLERANCE
+
+
+def test_first_batch_matches_without_state(fixture_dir, fixture_model, fixture_sentences):
+    batch = fixture_batches(fixture_sentences)[0]
+    encoded = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        top = fixture_model(**encoded).last_hidden_state
+    worst = max(float(np.abs(top[k, 1 : len(words) + 1].numpy() - reference_top_layer(fixture_dir, k, 0)).max())
+                for k, words in enumerate(batch))
+    print(f"\nparity with bilm-tf, batch 0 without state: max |diff| = {worst:.2e}")
+    assert worst <= PARITY_TOLERANCE
+
+
+def test_later_batches_differ_without_state(fixture_dir, fixture_model, fixture_sentences):
+    """The reference really was computed with carried state: dropping it must show."""
+    batch = fixture_batches(fixture_sentences)[1]
+    encoded = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        top = fixture_model(**encoded).last_hidden_state
+    assert np.abs(top[0, 1:-1][: len(batch[0])].numpy() - reference_top_layer(fixture_dir, 0, 1)).max() > 1e-3
+
+
+def test_character_encoder_matches_tensorflow(fixture_dir, fixture_model):
+    words = (fixture_dir / "vocab_test.txt").read_text(encoding="utf-8").split("\n")
+    tokenizer = ElmoTokenizer()
+    char_ids = torch.tensor([tokenizer.word_to_row(word) for word in words])
+    with torch.no_grad():
+        ours = fixture_model.char_encoder(char_ids).numpy()
+    with h5py.File(fixture_dir / "elmo_token_embeddings.hdf5", "r") as handle:
+        reference = handle["embedding"][()]
+    assert ours.shape == reference.shape
+    worst = float(np.abs(ours - reference).max())
+    print(f"\nparity with bilm-tf, character encoder, {len(words)} words: max |diff| = {worst:.2e}")
+    assert worst <= PARITY_TOLERANCE
+
+
+def test_embed_words_encodes_each_distinct_word_once_with_the_same_result(fixture_model):
+    tokenizer = ElmoTokenizer()
+    batch = tokenizer([["the", "cat", "the", "dog"], ["dog", "the"]], is_split_into_words=True, padding=True,
+                      return_tensors="pt")
+    mask = batch["attention_mask"].bool()
+    with torch.no_grad():
+        fast = fixture_model.embed_words(batch["input_ids"], mask)
+        exact = fixture_model.char_encoder(batch["input_ids"].view(-1, 50)).view(2, 6, -1) * mask[..., None]
+    torch.testing.assert_close(fast, exact, rtol=0, atol=1e-6)
+    assert fast[1, 4:].eq(0).all()
+
+
+def lstm_equivalent(layer) -> torch.nn.LSTM:
+    """`torch.nn.LSTM` with the weights of an unclipped `ElmoLstmLayer` (same i, f, g, o gate order)."""
+    lstm = torch.nn.LSTM(layer.input_weight.shape[1], layer.cell_dim, batch_first=True,
+                         proj_size=layer.projection_weight.shape[0])
+    with torch.no_grad():
+        lstm.weight_ih_l0.copy_(layer.input_weight)
+        lstm.weight_hh_l0.copy_(layer.recurrent_weight)
+        bias = layer.bias.clone()
+        bias[layer.cell_dim : 2 * layer.cell_dim] += FORGET_BIAS
+        lstm.bias_ih_l0.copy_(bias)
+        lstm.bias_hh_l0.zero_()
+        lstm.weight_hr_l0.copy_(layer.projection_weight)
+    return lstm
+
+
+def test_unclipped_bilm_equals_two_torch_lstm_stacks():
+    """An independent reference: without clipping or skips, each direction is a stack of nn.LSTM(proj_size=...)."""
+    torch.manual_seed(1)
+    model = ElmoModel(tiny_config(cell_clip=None, proj_clip=None, use_skip_connections=False)).eval()
+    tokenizer = ElmoTokenizer(max_characters_per_token=20)
+    words = ["Deep", "contextualized", "word", "representations", "."]
+    encoded = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**encoded, output_hidden_states=True)
+        tokens = model.char_encoder(encoded["input_ids"][0])[None]
+        forward, backward = tokens, tokens.flip(1)
+        for index in range(model.config.n_layers):
+            forward = lstm_equivalent(model.bilm.forward_layers[index])(forward)[0]
+            backward = lstm_equivalent(model.bilm.backward_layers[index])(backward)[0]
+            expected = torch.cat([forward, backward.flip(1)], dim=-1)
+            torch.testing.assert_close(output.hidden_states[index + 1], expected, rtol=1e-5, atol=1e-6)
+
+
+@pytest.fixture
+def tiny_batch(tiny_tokenizer):
+    sentences = [["a", "short", "one"], ["a", "much", "longer", "sentence", "than", "the", "first"], ["x"]]
+    return sentences, tiny_tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+
+
+def test_output_layout(tiny_model, tiny_batch):
+    _, batch = tiny_batch
+    with torch.no_grad():
+        output = tiny_model(**batch, output_hidden_states=True, return_final_state=True)
+    config = tiny_model.config
+    assert output.last_hidden_state.shape == (3, 9, 2 * config.projection_dim)
+    assert len(output.hidden_states) == config.n_layers + 1
+    assert output.last_hidden_state is output.hidden_states[-1]
+    token_layer = output.hidden_states[0]
+    torch.testing.assert_close(token_layer[..., : config.projection_dim], token_layer[..., config.projection_dim :])
+    mask = batch["attention_mask"].bool()
+    for layer in output.hidden_states:
+        assert layer[~mask].eq(0).all()
+    hidden, memory = output.final_state
+    assert hidden.shape == (config.n_layers, 2, 3, config.projection_dim)
+    assert memory.shape == (config.n_layers, 2, 3, config.cell_dim)
+
+
+def test_padding_and_batch_neighbours_change_nothing(tiny_model, tiny_tokenizer, tiny_batch):
+    sentences, batch = tiny_batch
+    with torch.no_grad():
+        together = tiny_model(**batch, output_hidden_states=True, return_final_state=True)
+        for row, words in enumerate(sentences):
+            alone = tiny_model(**tiny_tokenizer([words], is_split_into_words=True, return_tensors="pt"),
+                               output_hidden_states=True, return_final_state=True)
+            n = len(words) + 2
+            for layer_together, layer_alone in zip(together.hidden_states, alone.hidden_states):
+                torch.testing.assert_close(layer_together[row, :n], layer_alone[0], rtol=0, atol=1e-6)
+            for state_together, state_alone in zip(together.final_state, alone.final_state):
+                torch.testing.assert_close(state_together[:, :, row], state_alone[:, :, 0], rtol=0, atol=1e-6)
+
+
+def test_same_input_same_output(tiny_model, tiny_batch):
+    _, batch = tiny_batch
+    with torch.no_grad():
+        first = tiny_model(**batch).last_hidden_state
+        tiny_model(**batch)  # a call in between must leave nothing behind
+        second = tiny_model(**batch).last_hidden_state
+    assert torch.equal(first, second)
+
+
+def test_final_state_is_taken_at_each_rows_last_valid_position(tiny_model, tiny_tokenizer):
+    """Feeding a sentence in two halves with the state carried equals feeding it whole (forward direction)."""
+    words = ["one", "two", "three", "four", "five", "six"]
+    encode = lambda w: tiny_tokenizer([w], is_split_into_words=True, add_special_tokens=False, return_tensors="pt")
+    half = 3
+    with torch.no_grad():
+        whole = tiny_model(**encode(words), return_final_state=True)
+        first = tiny_model(**encode(words[:half]), return_final_state=True)
+        second = tiny_model(**encode(words[half:]), initial_state=first.final_state, return_final_state=True)
+    projection_dim = tiny_model.config.projection_dim
+    torch.testing.assert_close(second.last_hidden_state[0, :, :projection_dim],
+                               whole.last_hidden_state[0, half:, :projection_dim], rtol=0, atol=1e-6)
+    torch.testing.assert_close(second.final_state[0][:, 0], whole.final_state[0][:, 0], rtol=0, atol=1e-6)
+
+
+def test_reverse_valid_steps():
+    x = torch.arange(8).view(2, 4, 1)
+    reversed_x = reverse_valid_steps(x, torch.tensor([3, 4]))
+    assert reversed_x[..., 0].tolist() == [[2, 1, 0, 3], [7, 6, 5, 4]]
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [dict(use_skip_connections=False), dict(activation="tanh"), dict(n_highway=0), dict(n_characters=261),
+     dict(max_characters_per_token=30), dict(projection_dim=16, cell_dim=16), dict(cell_clip=None, proj_clip=None),
+     dict(n_layers=3)],
+    ids=lambda overrides: ",".join(f"{k}={v}" for k, v in overrides.items()),
+)
+def test_other_shapes_run_and_respect_padding(overrides):
+    config = tiny_config(**overrides)
+    model = ElmoModel(config).eval()
+    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
+    batch = tokenizer([["a", "b", "c"], ["d"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    with torch.no_grad():
+        output = model(**batch, output_hidden_states=True)
+        alone = model(**tokenizer([["d"]], is_split_into_words=True, return_tensors="pt")).last_hidden_state
+    assert len(output.hidden_states) == config.n_layers + 1
+    assert torch.isfinite(output.last_hidden_state).all()
+    torch.testing.assert_close(output.last_hidden_state[1, :3], alone[0], rtol=0, atol=1e-6)
+
+
+def test_clipping_bounds_the_outputs():
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config(use_skip_connections=False, proj_clip=0.05)).eval()
+    with torch.no_grad():
+        for layer in list(model.bilm.forward_layers) + list(model.bilm.backward_layers):
+            layer.projection_weight.mul_(100.0)
+    batch = ElmoTokenizer(max_characters_per_token=20)([["a", "b", "c"]], is_split_into_words=True,
+                                                        return_tensors="pt")
+    with torch.no_grad():
+        top = model(**batch).last_hidden_state
+    assert top.abs().max() <= 0.05 + 1e-7 and top.abs().max() > 0.04
+
+
+def test_bad_input_is_refused(tiny_model, tiny_batch):
+    _, batch = tiny_batch
+    ids, mask = batch["input_ids"], batch["attention_mask"]
+    with pytest.raises(ValueError, match="shape"):
+        tiny_model(ids[..., :10])
+    with pytest.raises(ValueError, match="empty batch"):
+        tiny_model(ids[:0])
+    with pytest.raises(ValueError, match="does not match"):
+        tiny_model(ids, attention_mask=mask[:, :3])
+    with pytest.raises(ValueError, match="right padding"):
+        tiny_model(ids, attention_mask=mask.flip(1))
+    with pytest.raises(ValueError, match="initial_state"):
+        tiny_model(ids, initial_state=(torch.zeros(1), torch.zeros(1)))
+    with pytest.raises(TypeError, match="unexpected"):
+        tiny_model(ids, labels=torch.zeros(3))
+
+
+def test_gradients_reach_every_parameter(tiny_model, tiny_batch):
+    _, batch = tiny_batch
+    tiny_model.train()
+    tiny_model(**batch).last_hidden_state.pow(2).sum().backward()
+    missing = [name for name, p in tiny_model.named_parameters() if p.grad is None or not p.grad.abs().sum() > 0]
+    assert missing == []
+
+
+def test_initialisation_follows_bilm_tf():
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config())
+    assert model.char_encoder.char_embedding.weight[0].eq(0).all()
+    assert model.char_encoder.highways[0].gate_bias.eq(-2.0).all()
+    assert model.bilm.forward_layers[0].bias.eq(0).all()
+    assert model.bilm.forward_layers[0].input_weight.std() > 0
+
+
+def test_save_and_load_keep_outputs(tiny_model, tiny_batch, tmp_path):
+    _, batch = tiny_batch
+    tiny_model.save_pretrained(tmp_path)
+    loaded = ElmoModel.from_pretrained(tmp_path).eval()
+    with torch.no_grad():
+        assert torch.equal(loaded(**batch).last_hidden_state, tiny_model(**batch).last_hidden_state)
