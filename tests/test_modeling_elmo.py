@@ -37,7 +37,7 @@ def test_parity_with_tensorflow_with_state_carried(fixture_dir, fixture_model, f
     assert worst <= PARITY_TOLERANCE
 
 
-def test_first_batch_matches_without_state(fixture_dir, fixture_model, fixture_sentences):
+def test_parity_first_batch_without_state(fixture_dir, fixture_model, fixture_sentences):
     batch = fixture_batches(fixture_sentences)[0]
     encoded = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.no_grad():
