@@ -10,14 +10,16 @@ AllenNLP's `allennlp elmo` command. Shapes per line, for `n` words and `dim = 2 
 `--format hdf5` (default): one float32 dataset per line named `str(i)`, plus a `sentence_to_index` dataset of shape
 `(1,)` holding a JSON string `{stripped line text: str(i)}` (the layout of `allennlp elmo`, so its readers work).
 `--format npy`: OUTPUT is a folder with one `{i}.npy` per line and `sentence_to_index.json` holding the same JSON.
-Empty lines are kept as entries with 0 words. Both outputs are written as the run goes; a run that was stopped
-continues with `--resume`, skipping the lines already written.
+Empty lines are kept as entries with 0 words. Lines are written as the run goes (for HDF5, batch by batch into
+`OUTPUT.parts/`, assembled into OUTPUT at the end, so that OUTPUT is complete or absent); a run that was stopped
+or killed continues with `--resume`, skipping the lines already written.
 """
 
 import argparse
 import itertools
 import json
 import os
+import shutil
 import signal
 import sys
 from collections.abc import Iterator
@@ -136,49 +138,80 @@ def embed_long(model, tokenizer, words: list[str], window: int) -> torch.Tensor:
 
 
 class Hdf5Output:
-    """One dataset per line in an HDF5 file, flushed after each batch so a stopped run leaves a readable file."""
+    """
+    Finished batches go to `OUTPUT.parts/`, one `.npz` per batch, each written whole (temporary name, then renamed);
+    `finish` assembles OUTPUT the same way. A failed write cannot leave a broken HDF5 file behind (HDF5 files do not
+    survive one), OUTPUT is complete or absent, and a stopped run resumes from the parts.
+    """
 
     def __init__(self, path: Path, settings: dict, resume: bool):
         try:
-            import h5py
+            import h5py  # noqa: F401
         except ImportError as error:
             raise CliError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
-
-        self.path = path
+        self.path, self.parts = path, path.with_name(path.name + ".parts")
+        if path.exists():
+            raise CliError(f"{path} exists" + (" and is complete" if resume else "") + "; remove it to write it again")
+        if self.parts.exists() and not resume:
+            raise CliError(f"{self.parts} holds an unfinished run; pass --resume to continue it, or remove it")
         try:
-            self.file = h5py.File(path, "a" if resume else "w-")
-        except (OSError, ValueError) as error:
-            raise CliError(f"cannot open {path} as an HDF5 file to write: {_first_line(error)} (if a run was killed "
-                           f"while writing it, remove it and start again)") from error
-        _check_settings(self.file.attrs.get(SETTINGS_NAME), settings, path)
-        self.file.attrs[SETTINGS_NAME] = json.dumps(settings)
-        self.finished = {name for name in self.file if name.isdigit() and self._complete(self.file[name])}
-
-    @staticmethod
-    def _complete(dataset) -> bool:
-        """Written, not only declared: a run killed mid-batch may leave a dataset whose data never landed."""
-        return dataset.size == 0 or dataset.id.get_storage_size() == dataset.size * dataset.dtype.itemsize
+            self.parts.mkdir(parents=True, exist_ok=True)
+            settings_file = self.parts / f"{SETTINGS_NAME}.json"
+            _check_settings(settings_file.read_text() if settings_file.is_file() else None, settings, path)
+            settings_file.write_text(json.dumps(settings))
+        except OSError as error:
+            raise CliError(f"cannot write to {self.parts}: {error.strerror or error}") from error
+        self.finished = set()
+        for part in self.parts.glob("*.npz"):
+            with np.load(part) as arrays:
+                self.finished.update(arrays.files)
+        self.batch = {}
 
     def write(self, index: int, array: np.ndarray):
-        name = str(index)
-        if name in self.file:
-            del self.file[name]
-        self.file.create_dataset(name, data=array, dtype="float32")
+        self.batch[str(index)] = array
 
     def commit(self):
-        self.file.flush()
+        """Writes the batch's lines as one part (named after its first line, which no other part holds)."""
+        if self.batch:
+            name = f"{min(self.batch, key=int)}.npz"
+            _write_whole(self.parts / name, lambda handle: np.savez(handle, **self.batch))
+            self.batch = {}
 
     def finish(self, sentence_to_index: dict[str, str] | None):
         import h5py
 
-        if "sentence_to_index" in self.file:
-            del self.file["sentence_to_index"]
-        if sentence_to_index is not None:
-            dataset = self.file.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
-            dataset[0] = json.dumps(sentence_to_index)
+        needed = sum(part.stat().st_size for part in self.parts.glob("*.npz")) + (1 << 20)
+        free = shutil.disk_usage(self.path.parent).free
+        if free < needed:
+            raise CliError(f"{self.path.parent} has {free:,} bytes free, assembling {self.path} needs about "
+                           f"{needed:,}; free some space and rerun with --resume")
+        partial = self.path.with_name(f".{self.path.name}.partial")
+        try:
+            with h5py.File(partial, "w") as handle:
+                for part in sorted(self.parts.glob("*.npz"), key=lambda p: int(p.stem)):
+                    with np.load(part) as arrays:
+                        for name in arrays.files:
+                            handle.create_dataset(name, data=arrays[name], dtype="float32")
+                if sentence_to_index is not None:
+                    dataset = handle.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+                    dataset[0] = json.dumps(sentence_to_index)
+            os.replace(partial, self.path)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        shutil.rmtree(self.parts)
 
-    def close(self):
-        self.file.close()
+
+def _write_whole(path: Path, write):
+    """Calls `write(handle)` on a temporary file beside `path` and renames it to `path` once complete."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as handle:
+            write(handle)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
 
 
 class NpyOutput:
@@ -198,10 +231,7 @@ class NpyOutput:
         self.finished = {p.stem for p in path.glob("*.npy") if p.stem.isdigit()}
 
     def write(self, index: int, array: np.ndarray):
-        partial = self.path / f".{index}.npy.partial"
-        with open(partial, "wb") as handle:
-            np.save(handle, array.astype(np.float32))
-        os.replace(partial, self.path / f"{index}.npy")
+        _write_whole(self.path / f"{index}.npy", lambda handle: np.save(handle, array.astype(np.float32)))
 
     def commit(self):
         pass
@@ -213,8 +243,6 @@ class NpyOutput:
         else:
             target.write_text(json.dumps(sentence_to_index), encoding="utf-8")
 
-    def close(self):
-        pass
 
 
 def _check_settings(stored: str | None, settings: dict, path: Path):
@@ -252,8 +280,6 @@ def embed_command(args) -> int:
     input_path, output_path = Path(args.input), Path(args.output)
     if not input_path.is_file():
         raise CliError(f"no such input file: {input_path}")
-    if args.format == "hdf5" and output_path.exists() and not args.resume:
-        raise CliError(f"{output_path} exists; pass --resume to continue the run that wrote it, or remove it")
     if args.batch_size < 1 or args.max_words < 1:
         raise CliError("--batch-size and --max-words must be at least 1")
     if args.device.startswith("cuda") and not torch.cuda.is_available():
@@ -265,6 +291,8 @@ def embed_command(args) -> int:
     total = count_lines(input_path)
 
     output = (Hdf5Output if args.format == "hdf5" else NpyOutput)(output_path, settings, args.resume)
+    if output.finished:
+        print(f"hf-elmo: resuming: {len(output.finished)} of {total} lines are already written", file=sys.stderr)
     try:
         with DeferredStop() as stop:
             _embed_lines(args, model, tokenizer, split, choice, output, stop, total)
@@ -272,14 +300,9 @@ def embed_command(args) -> int:
                 text: str(index) for index, text in read_lines(input_path, args.errors, warn=False)
                 if text is not None}
             output.finish(sentence_to_index)
-    except OSError as error:
-        raise CliError(f"cannot write {output_path}: {error.strerror or _first_line(error)}; the lines finished "
-                       f"before are kept, rerun with --resume once fixed") from error
-    finally:
-        try:
-            output.close()
-        except OSError:
-            pass
+    except (OSError, RuntimeError) as error:
+        raise CliError(f"cannot write {output_path}: {getattr(error, 'strerror', None) or _first_line(error)}; "
+                       f"the finished lines are kept, rerun with --resume once fixed") from error
     print(f"wrote {total} lines to {output_path}", file=sys.stderr)
     return 0
 
