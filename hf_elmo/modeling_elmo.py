@@ -265,6 +265,41 @@ class ElmoModel(ElmoPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
+    @torch.no_grad()
+    def windowed_hidden_states(self, input_ids: torch.LongTensor, window: int) -> tuple[torch.Tensor, ...]:
+        """
+        All `n_layers + 1` layers of ONE unpadded sequence `input_ids` `(positions, chars)` (with its `<S>`/`</S>`
+        rows), each `(positions, hidden_size)`, computed `window` positions at a time with the LSTM state carried:
+        equal to one pass, with LSTM memory bounded by the window. The forward stacks run over the windows in order,
+        the backward stacks over them in reverse order, since they read the sequence right to left.
+        """
+        if input_ids.dim() != 2 or input_ids.shape[-1] != self.config.max_characters_per_token:
+            raise ValueError(f"input_ids must have shape (positions, {self.config.max_characters_per_token}), "
+                             f"got {tuple(input_ids.shape)}")
+        if window < 1:
+            raise ValueError(f"window must be at least 1, got {window}")
+        tokens = torch.cat([self.char_encoder(chunk) for chunk in input_ids.split(window)])
+        directions = [(self.bilm.forward_layers, tokens.split(window), lambda x: x),
+                      (self.bilm.backward_layers, tokens.flip(0).split(window), lambda x: x.flip(0))]
+        per_direction = []
+        for layers, windows, restore_order in directions:
+            states = [[tokens.new_zeros(1, self.config.projection_dim), tokens.new_zeros(1, self.config.cell_dim)]
+                      for _ in layers]
+            outputs = [[] for _ in layers]
+            for inputs in windows:
+                x = inputs[None]
+                mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
+                for index, layer in enumerate(layers):
+                    output, *states[index] = layer(x, mask, *states[index])
+                    if self.config.use_skip_connections and index > 0:
+                        output = output + x
+                    outputs[index].append(output[0])
+                    x = output
+            per_direction.append([restore_order(torch.cat(chunks)) for chunks in outputs])
+        forward_outputs, backward_outputs = per_direction
+        lstm_layers = (torch.cat([f, b], dim=-1) for f, b in zip(forward_outputs, backward_outputs))
+        return (torch.cat([tokens, tokens], dim=-1), *lstm_layers)
+
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The boolean `(batch, positions)` mask, checked to be right-padded."""
         if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.max_characters_per_token:

@@ -1,0 +1,250 @@
+"""The `hf-elmo` command, run as a real subprocess on a small converted checkpoint, outputs read back and compared
+with `ElmoModel`; and `ElmoModel.windowed_hidden_states` against one pass."""
+
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.cli import main
+
+from conftest import tiny_config, write_original_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+WORDS = "the a cat dog sat on mat quickly under over house river été".split()
+
+
+def run_cli(*args, cwd=None, preexec_fn=None, timeout=120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run([sys.executable, "-m", "hf_elmo.cli", *map(str, args)], capture_output=True, text=True,
+                          env=env, cwd=cwd, preexec_fn=preexec_fn, timeout=timeout)
+
+
+def corpus(n_lines: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=rng.integers(0, 12))) for _ in range(n_lines)]
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny original checkpoint converted with `hf-elmo convert` (in process)."""
+    folder = tmp_path_factory.mktemp("cli")
+    options, weights = write_original_checkpoint(folder / "original", tiny_config(), seed=3)
+    assert main(["convert", "--options-file", str(options), "--weight-file", str(weights),
+                 "--output-dir", str(folder / "model")]) == 0
+    return folder / "model"
+
+
+@pytest.fixture(scope="module")
+def model(model_dir) -> ElmoModel:
+    return ElmoModel.from_pretrained(model_dir).eval()
+
+
+def reference_layers(model, words: list[str]) -> np.ndarray:
+    """`(n_layers + 1, words, dim)` from one unbatched `ElmoModel` pass, boundaries removed."""
+    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+    encoding = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        layers = model(encoding["input_ids"], output_hidden_states=True).hidden_states
+    return torch.stack(layers)[:, 0, 1:-1].numpy()
+
+
+def read_hdf5(path: Path) -> dict[str, np.ndarray]:
+    with h5py.File(path, "r") as handle:
+        return {name: handle[name][()] for name in handle}
+
+
+def test_console_script_is_declared():
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    assert scripts["hf-elmo"] == "hf_elmo.cli:main"
+    assert callable(main)
+
+
+def test_embed_all_matches_model_in_allennlp_layout(model_dir, model, tmp_path):
+    lines = ["the cat sat", "", "  a dog  ", "été " * 30, "the cat sat"]  # an empty line, a long line, a repeat
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = run_cli("embed", model_dir, tmp_path / "in.txt", tmp_path / "out.h5", "--all", "--batch-size", "2",
+                     "--max-words", "7")
+    assert result.returncode == 0, result.stderr
+    assert "sent/s" in result.stderr
+    assert not (tmp_path / "out.h5.parts").exists()
+    with h5py.File(tmp_path / "out.h5", "r") as handle:
+        assert sorted(handle) == ["0", "1", "2", "3", "4", "sentence_to_index"]
+        assert handle["sentence_to_index"].shape == (1,)
+        mapping = json.loads(handle["sentence_to_index"][0])
+        for index, line in enumerate(lines):
+            array = handle[str(index)]
+            assert array.dtype == np.float32
+            expected = reference_layers(model, line.split())
+            assert array.shape == (3, len(line.split()), 16)
+            np.testing.assert_allclose(array[()], expected, atol=1e-5)
+    assert mapping == {"the cat sat": "4", "": "1", "a dog": "2", ("été " * 30).strip(): "3"}
+
+
+def test_layer_choices_pooling_and_npy(model_dir, model, tmp_path):
+    lines = ["the cat sat on the mat", "", "a dog"]
+    (tmp_path / "in.txt").write_text("\n".join(lines), encoding="utf-8")
+    references = [reference_layers(model, line.split()) for line in lines]
+    runs = {
+        "top": (["--top"], lambda layers: layers[-1]),
+        "average": (["--average"], lambda layers: layers.mean(0)),
+        "mix": (["--mix", "0.5,-1,2"], lambda layers: 0.5 * layers[0] - layers[1] + 2 * layers[2]),
+        "pooled": (["--mix", "0.5,-1,2", "--pooled"],
+                   lambda layers: (0.5 * layers[0] - layers[1] + 2 * layers[2]).mean(0) if layers.shape[1] else
+                   np.zeros(16)),
+        "all-pooled": (["--all", "--pooled"], lambda layers: layers.mean(1) if layers.shape[1] else np.zeros((3, 16))),
+    }
+    for name, (flags, select) in runs.items():
+        output = tmp_path / f"{name}.h5"
+        assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), *flags]) == 0
+        written = read_hdf5(output)
+        for index, layers in enumerate(references):
+            np.testing.assert_allclose(written[str(index)], select(layers), atol=1e-5, err_msg=name)
+
+    folder = tmp_path / "npy"
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(folder), "--top", "--format", "npy"]) == 0
+    for index, layers in enumerate(references):
+        np.testing.assert_allclose(np.load(folder / f"{index}.npy"), layers[-1], atol=1e-5)
+    assert json.loads((folder / "sentence_to_index.json").read_text()) == {line: str(i) for i, line in
+                                                                          enumerate(lines)}
+
+
+def test_pretokenize_splits_with_the_pre_tokenizer(model_dir, model, tmp_path):
+    (tmp_path / "in.txt").write_text("the cat, sat.\n", encoding="utf-8")
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top",
+                 "--pretokenize"]) == 0
+    tokenizer = ElmoTokenizer.from_pretrained(model_dir)
+    words = tokenizer.split_words("the cat, sat.")
+    np.testing.assert_allclose(read_hdf5(tmp_path / "o.h5")["0"], reference_layers(model, words)[-1], atol=1e-5)
+
+
+def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
+    lines = corpus(300)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "hf_elmo.cli", "embed", str(model_dir), str(tmp_path / "in.txt"),
+                                str(output), "--all", "--batch-size", "1"], env=env, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(list(parts.glob("*.npz"))) < 20 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    written_before = list(parts.glob("*.npz"))
+    assert 20 <= len(written_before) < len(lines) and not output.exists()
+
+    capsys.readouterr()
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--batch-size", "16",
+                 "--resume"]) == 0
+    assert f"resuming: {len(written_before)} of {len(lines)} lines" in capsys.readouterr().err
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "fresh.h5"), "--all"]) == 0
+    got, want = read_hdf5(output), read_hdf5(tmp_path / "fresh.h5")
+    assert sorted(got) == sorted(want) and len(got) == len(lines) + 1
+    assert got.pop("sentence_to_index")[0] == want.pop("sentence_to_index")[0]
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=1e-6, err_msg=name)
+
+
+def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
+    """A file-size limit makes a part write fail mid-run, as a full disk would."""
+    lines = corpus(200, seed=1)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "out.h5"
+
+    def limit_file_size():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
+        resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
+
+    failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "32",
+                     preexec_fn=limit_file_size)
+    assert failed.returncode != 0
+    assert "Traceback" not in failed.stderr
+    assert "hf-elmo: error: cannot write" in failed.stderr and "--resume" in failed.stderr
+    parts = list((tmp_path / "out.h5.parts").iterdir())
+    assert any(part.suffix == ".npz" for part in parts) and not any("partial" in part.name for part in parts)
+
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--resume"]) == 0
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "fresh.h5"), "--all"]) == 0
+    got, want = read_hdf5(output), read_hdf5(tmp_path / "fresh.h5")
+    assert sorted(got) == sorted(want)
+    for name in want:
+        if name != "sentence_to_index":
+            np.testing.assert_allclose(got[name], want[name], atol=1e-6)
+
+
+def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
+    good = tmp_path / "good.txt"
+    good.write_text("the cat\n", encoding="utf-8")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"the cat\nsat \xff on\nthe mat\n")
+
+    def error_of(*args) -> str:
+        capsys.readouterr()
+        assert main(["embed", *map(str, args)]) != 0
+        lines = [line for line in capsys.readouterr().err.splitlines() if line.startswith("hf-elmo: error:")]
+        assert len(lines) == 1
+        return lines[0]
+
+    assert "no such input file" in error_of(model_dir, tmp_path / "missing.txt", tmp_path / "o1.h5", "--top")
+    assert "not an hf_elmo model folder" in error_of(tmp_path, good, tmp_path / "o2.h5", "--top")
+    assert "no such model folder" in error_of(tmp_path / "nope", good, tmp_path / "o3.h5", "--top")
+    assert "needs 3 weights" in error_of(model_dir, good, tmp_path / "o4.h5", "--mix", "1,2")
+    assert "line 2: not valid UTF-8" in error_of(model_dir, bad, tmp_path / "o5.h5", "--top")
+
+    assert main(["embed", str(model_dir), str(good), str(tmp_path / "o6.h5"), "--top"]) == 0
+    assert "exists" in error_of(model_dir, good, tmp_path / "o6.h5", "--top")
+    assert "other settings" in error_of(model_dir, bad, tmp_path / "o5.h5", "--all", "--resume", "--errors", "skip")
+
+    assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip.h5"), "--top", "--errors", "skip"]) == 0
+    assert sorted(read_hdf5(tmp_path / "skip.h5")) == ["0", "2", "sentence_to_index"]
+    assert main(["embed", str(model_dir), str(bad), str(tmp_path / "rep.h5"), "--top", "--errors", "replace"]) == 0
+    replaced = read_hdf5(tmp_path / "rep.h5")
+    assert replaced["1"].shape == (3, 16)
+    assert json.loads(replaced["sentence_to_index"][0])["sat \ufffd on"] == "1"
+
+
+def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):
+    assert main(["info", str(model_dir)]) == 0
+    printed = capsys.readouterr().out
+    assert f"parameters: {model.num_parameters():,}" in printed
+    assert "dtype: float32" in printed and "representation layers: 3" in printed
+    assert main(["convert", "--options-file", str(tmp_path / "none.json"), "--weight-file",
+                 str(tmp_path / "none.hdf5"), "--output-dir", str(tmp_path / "out")]) == 1
+    assert capsys.readouterr().err.strip().startswith("hf-elmo: error: no such file")
+
+
+@pytest.mark.parametrize("skip_connections", [True, False])
+def test_windowed_hidden_states_equal_one_pass(skip_connections):
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config(n_layers=3, use_skip_connections=skip_connections)).eval()
+    words = corpus(1, seed=2)[0].split() * 5
+    input_ids = ElmoTokenizer(max_characters_per_token=20)([words], is_split_into_words=True,
+                                                           return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        expected = model(input_ids, output_hidden_states=True).hidden_states
+    for window in (1, 3, 8, input_ids.shape[1], input_ids.shape[1] + 5):
+        layers = model.windowed_hidden_states(input_ids[0], window)
+        assert len(layers) == 4
+        for got, want in zip(layers, expected):
+            torch.testing.assert_close(got, want[0], atol=1e-5, rtol=0)
+
+
+def test_windowed_hidden_states_on_the_original_checkpoint(fixture_model, fixture_sentences):
+    words = " ".join(fixture_sentences[0][:3]).split()
+    tokenizer = ElmoTokenizer(max_characters_per_token=fixture_model.config.max_characters_per_token)
+    input_ids = tokenizer([words], is_split_into_words=True, return_tensors="pt")["input_ids"]
+    with torch.no_grad():
+        expected = fixture_model(input_ids, output_hidden_states=True).hidden_states
+    for got, want in zip(fixture_model.windowed_hidden_states(input_ids[0], 5), expected):
+        torch.testing.assert_close(got, want[0], atol=1e-5, rtol=0)
