@@ -349,10 +349,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     The ELMo biLM with one word softmax shared by both directions, as pre-trained in the paper: the forward LM at
     position `t` predicts the word at `t + 1` from its top layer, the backward LM predicts the word at `t - 1`.
 
-    In training mode the softmax is a sampled softmax (`config.n_negative_samples` log-uniform candidates shared by
-    the whole batch and both directions, with the `log Q` correction and accidental hits of the true word removed);
-    word ids must then be sorted by decreasing frequency, as the `tokenizers` `WordLevelTrainer` gives them. In eval
-    mode the softmax is exact, so `exp(loss)` is the true perplexity.
+    In training mode the softmax is a sampled softmax: `config.n_negative_samples` candidates drawn with replacement
+    from a log-uniform (Zipfian) distribution `Q`, shared by the whole batch and both directions; candidates equal to
+    the true word are removed and the others' logits are corrected by `-log(n * Q(k))`, so that
+    `exp(s_true) + sum(exp(corrected))` is an unbiased estimate of the full partition function and the sampled loss
+    tends to the full loss as `n` grows. Word ids must be sorted by decreasing frequency, as the `tokenizers`
+    `WordLevelTrainer` gives them. In eval mode the softmax is exact, so `exp(loss)` is the true perplexity.
 
     The config needs `word_vocab_size` (and `n_negative_samples` to train); `ElmoModel.from_pretrained` loads the
     biLM alone from a saved `ElmoForPreTraining`.
@@ -374,7 +376,6 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-        **kwargs,
     ) -> ElmoForPreTrainingOutput | tuple:
         r"""
         Args:
@@ -384,14 +385,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 `<S>` and `</S>` included (from `ElmoTokenizer(..., return_word_labels=True)`); -100 is ignored.
         """
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.elmo(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=True,
-                            **kwargs)
+        outputs = self.elmo(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=True)
         forward_loss = backward_loss = loss = None
         if labels is not None:
             if labels.shape != input_ids.shape[:2]:
                 raise ValueError(f"labels must have shape {tuple(input_ids.shape[:2])}, got {tuple(labels.shape)}")
-            if attention_mask is not None:
-                labels = labels.masked_fill(attention_mask == 0, -100)
+            valid = (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
+            labels = labels.masked_fill(~valid, -100)
             forward_states, backward_states = self._direction_states(outputs.last_hidden_state)
             negatives = None
             if self.training:
@@ -400,7 +400,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                     raise ValueError("training ElmoForPreTraining needs config.n_negative_samples (an int >= 1)")
                 negatives = sample_log_uniform(num_sampled, self.softmax.out_features, labels.device)
             forward_loss = self._direction_loss(forward_states, labels[:, 1:], negatives)
-            backward_loss = self._direction_loss(backward_states, labels[:, :-1], negatives)
+            # A padded position's backward state must not predict the last word of its row.
+            backward_targets = labels[:, :-1].masked_fill(~valid[:, 1:], -100)
+            backward_loss = self._direction_loss(backward_states, backward_targets, negatives)
             loss = (forward_loss + backward_loss) / 2
         output = ElmoForPreTrainingOutput(
             loss=loss, forward_loss=forward_loss, backward_loss=backward_loss, hidden_states=outputs.hidden_states
@@ -424,8 +426,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             return F.cross_entropy(self.softmax(states).float(), targets)
         vocab_size, num_sampled = self.softmax.out_features, negatives.numel()
         weight, bias = self.softmax.weight, self.softmax.bias
-        true_logits = (states * weight[targets]).sum(-1) + bias[targets]
-        true_logits = true_logits.float() - log_expected_counts(targets, vocab_size, num_sampled)
+        true_logits = ((states * weight[targets]).sum(-1) + bias[targets]).float()
         sampled_logits = F.linear(states, weight[negatives], bias[negatives]).float()
         sampled_logits = sampled_logits - log_expected_counts(negatives, vocab_size, num_sampled)
         sampled_logits = sampled_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
