@@ -337,3 +337,149 @@ class ElmoModel(ElmoPreTrainedModel):
 
 
 __all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput"]
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Pre-training: the biLM with a word softmax shared by both directions (stage 1 of the paper).
+# ---------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ElmoForPreTrainingOutput(ModelOutput):
+    """
+    Args:
+        loss (`torch.FloatTensor` of shape `()`, *optional*): mean of `forward_loss` and `backward_loss`.
+        forward_loss (`torch.FloatTensor` of shape `()`, *optional*): mean negative log-likelihood of each next word
+            under the forward LM (sampled softmax in training mode, exact softmax in eval mode).
+        backward_loss (`torch.FloatTensor` of shape `()`, *optional*): the same for each previous word under the
+            backward LM.
+        hidden_states (`tuple(torch.FloatTensor)`, *optional*): the biLM's layers, as in [`ElmoModelOutput`].
+    """
+
+    loss: torch.FloatTensor | None = None
+    forward_loss: torch.FloatTensor | None = None
+    backward_loss: torch.FloatTensor | None = None
+    hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+def log_expected_counts(ids: torch.Tensor, vocab_size: int, num_sampled: int) -> torch.Tensor:
+    """
+    `log(num_sampled * P(k))` for each id `k`, where `P(k) = log((k + 2) / (k + 1)) / log(V + 1)` is the log-uniform
+    (Zipfian) distribution the negatives are drawn from: the `log Q` correction of a sampled softmax.
+    """
+    ids = ids.double()
+    log_prob = torch.log1p(1.0 / (ids + 1.0)).log() - torch.tensor(float(vocab_size + 1)).log().log()
+    return (log_prob + torch.tensor(float(num_sampled)).log()).float()
+
+
+def sample_log_uniform(num_samples: int, vocab_size: int, device) -> torch.Tensor:
+    """`num_samples` ids drawn with replacement from the log-uniform distribution over `[0, vocab_size)`."""
+    uniform = torch.rand(num_samples, dtype=torch.float64, device=device)
+    ids = torch.exp(uniform * torch.log(torch.tensor(vocab_size + 1.0, dtype=torch.float64))).floor().long() - 1
+    return ids.clamp_(0, vocab_size - 1)
+
+
+class ElmoForPreTraining(ElmoPreTrainedModel):
+    r"""
+    The ELMo biLM with one word softmax shared by both directions, as pre-trained in the paper: the forward LM at
+    position `t` predicts the word at `t + 1` from its top layer, the backward LM predicts the word at `t - 1`.
+
+    In training mode the softmax is a sampled softmax: `config.n_negative_samples` candidates drawn with replacement
+    from a log-uniform (Zipfian) distribution `Q`, shared by the whole batch and both directions; candidates equal to
+    the true word are removed and the others' logits are corrected by `-log(n * Q(k))`, so that
+    `exp(s_true) + sum(exp(corrected))` is an unbiased estimate of the full partition function and the sampled loss
+    tends to the full loss as `n` grows. Word ids must be sorted by decreasing frequency, as the `tokenizers`
+    `WordLevelTrainer` gives them. In eval mode the softmax is exact, so `exp(loss)` is the true perplexity.
+
+    The config needs `word_vocab_size` (and `n_negative_samples` to train); `ElmoModel.from_pretrained` loads the
+    biLM alone from a saved `ElmoForPreTraining`.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        vocab_size = getattr(config, "word_vocab_size", None)
+        if not isinstance(vocab_size, int) or vocab_size < 2:
+            raise ValueError(f"ElmoForPreTraining needs config.word_vocab_size (an int >= 2), got {vocab_size!r}")
+        self.elmo = ElmoModel(config)
+        self.softmax = nn.Linear(config.projection_dim, vocab_size)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> ElmoForPreTrainingOutput | tuple:
+        r"""
+        Args:
+            input_ids (`torch.LongTensor` of shape `(batch, positions, max_characters_per_token)`): character ids.
+            attention_mask (`torch.Tensor` of shape `(batch, positions)`, *optional*): 1 for valid positions.
+            labels (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word id at every position,
+                `<S>` and `</S>` included (from `ElmoTokenizer(..., return_word_labels=True)`); -100 is ignored.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        outputs = self.elmo(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=True)
+        forward_loss = backward_loss = loss = None
+        if labels is not None:
+            if labels.shape != input_ids.shape[:2]:
+                raise ValueError(f"labels must have shape {tuple(input_ids.shape[:2])}, got {tuple(labels.shape)}")
+            valid = (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
+            labels = labels.masked_fill(~valid, -100)
+            forward_states, backward_states = self._direction_states(outputs.last_hidden_state)
+            negatives = None
+            if self.training:
+                num_sampled = getattr(self.config, "n_negative_samples", None)
+                if not isinstance(num_sampled, int) or num_sampled < 1:
+                    raise ValueError("training ElmoForPreTraining needs config.n_negative_samples (an int >= 1)")
+                negatives = sample_log_uniform(num_sampled, self.softmax.out_features, labels.device)
+            forward_loss = self._direction_loss(forward_states, labels[:, 1:], negatives)
+            # A padded position's backward state must not predict the last word of its row.
+            backward_targets = labels[:, :-1].masked_fill(~valid[:, 1:], -100)
+            backward_loss = self._direction_loss(backward_states, backward_targets, negatives)
+            loss = (forward_loss + backward_loss) / 2
+        output = ElmoForPreTrainingOutput(
+            loss=loss, forward_loss=forward_loss, backward_loss=backward_loss, hidden_states=outputs.hidden_states
+        )
+        return output if return_dict else output.to_tuple()
+
+    def _direction_states(self, top_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The forward LM's states at positions `0..T-2` and the backward LM's at `1..T-1`, each `(batch, T-1, P)`."""
+        dim = self.config.projection_dim
+        return top_layer[:, :-1, :dim], top_layer[:, 1:, dim:]
+
+    def _direction_loss(self, states: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor | None):
+        """Mean NLL of `targets` `(batch, T-1)` given `states` `(batch, T-1, P)`; sampled when `negatives` is given."""
+        keep = targets != -100
+        states, targets = states[keep], targets[keep]
+        if targets.numel() == 0:
+            raise ValueError("labels leave no word to predict")
+        if targets.min() < 0 or targets.max() >= self.softmax.out_features:
+            raise ValueError(f"labels must be word ids in [0, {self.softmax.out_features}) or -100")
+        if negatives is None:
+            return F.cross_entropy(self.softmax(states).float(), targets)
+        vocab_size, num_sampled = self.softmax.out_features, negatives.numel()
+        weight, bias = self.softmax.weight, self.softmax.bias
+        true_logits = ((states * weight[targets]).sum(-1) + bias[targets]).float()
+        sampled_logits = F.linear(states, weight[negatives], bias[negatives]).float()
+        sampled_logits = sampled_logits - log_expected_counts(negatives, vocab_size, num_sampled)
+        sampled_logits = sampled_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
+        logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
+        return F.cross_entropy(logits, torch.zeros_like(targets))
+
+    @torch.no_grad()
+    def word_log_probs(
+        self, input_ids: torch.LongTensor, attention_mask: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """
+        Exact log-probabilities `(batch, positions, word_vocab_size)` of the next word (forward LM) and of the
+        previous word (backward LM) at every position.
+        """
+        top = self.elmo(input_ids, attention_mask, return_dict=True).last_hidden_state
+        dim = self.config.projection_dim
+        forward_logits, backward_logits = self.softmax(top[..., :dim]), self.softmax(top[..., dim:])
+        return forward_logits.float().log_softmax(-1), backward_logits.float().log_softmax(-1)
+
+
+__all__ += ["ElmoForPreTraining", "ElmoForPreTrainingOutput"]

@@ -5,9 +5,10 @@ The mapping is the one the released weights were trained with (bilm-tf's `Unicod
 end-of-word markers and padded; every id is then shifted by one so that an all-zero row means "no word here".
 """
 
+import os
 from collections.abc import Sequence
 
-from tokenizers import pre_tokenizers
+from tokenizers import Tokenizer, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 BEGIN_OF_SENTENCE_CHAR = 256
@@ -18,6 +19,8 @@ PADDING_CHAR = 260
 
 BOS_TOKEN = "<S>"
 EOS_TOKEN = "</S>"
+UNK_TOKEN = "<UNK>"
+WORD_VOCAB_FILE = "word_vocab.json"
 
 PRE_TOKENIZERS = {
     "whitespace_split": pre_tokenizers.WhitespaceSplit,
@@ -74,12 +77,21 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         pre_tokenizer (`str`): how raw strings are split into words, one of `"whitespace_split"` (split on
             whitespace only, the default: the released models read whitespace-tokenised text), `"whitespace"`
             (`\w+|[^\w\s]+`) or `"bert"` (whitespace and punctuation).
+        vocab_file (`str`, *optional*): a `tokenizers` `WordLevel` tokenizer JSON holding the word vocabulary of a
+            language model (with `<S>`, `</S>` and `<UNK>`); it lets `__call__(..., return_word_labels=True)` give
+            the word id of every position as `labels`. Saved and loaded with the tokenizer.
     """
 
     model_input_names = ["input_ids", "attention_mask"]
-    vocab_files_names = {}
+    vocab_files_names = {"vocab_file": WORD_VOCAB_FILE}
 
-    def __init__(self, max_characters_per_token: int = 50, pre_tokenizer: str = "whitespace_split", **kwargs):
+    def __init__(
+        self,
+        max_characters_per_token: int = 50,
+        pre_tokenizer: str = "whitespace_split",
+        vocab_file: str | None = None,
+        **kwargs,
+    ):
         if max_characters_per_token < 3:
             raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters_per_token}")
         if pre_tokenizer not in PRE_TOKENIZERS:
@@ -95,6 +107,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         self._eos_row = boundary_char_ids(END_OF_SENTENCE_CHAR, max_characters_per_token)
         self._pad_row = [0] * max_characters_per_token
         self._row_cache: dict[str, list[int]] = {}
+        self.word_tokenizer = None if vocab_file is None else _read_word_vocab(vocab_file)
+        self._word_to_id = None if vocab_file is None else self.word_tokenizer.get_vocab()
         super().__init__(max_characters_per_token=max_characters_per_token, pre_tokenizer=pre_tokenizer, **kwargs)
 
     # -- the vocabulary is the fixed byte alphabet: nothing to save or add ------------------------------------------
@@ -111,10 +125,28 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return {}
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
-        return ()
+        """Writes the word vocabulary (if any) as a `tokenizers` JSON; the character alphabet needs no file."""
+        if self.word_tokenizer is None:
+            return ()
+        path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + WORD_VOCAB_FILE)
+        self.word_tokenizer.save(path)
+        return (path,)
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
-        return tuple(file_names)
+        return tuple(file_names) + self.save_vocabulary(str(save_directory), filename_prefix)
+
+    # -- the optional word vocabulary (targets of a language model) -------------------------------------------------
+
+    @property
+    def word_vocab_size(self) -> int | None:
+        """Size of the word vocabulary, `None` without one."""
+        return None if self._word_to_id is None else len(self._word_to_id)
+
+    def word_to_id(self, word: str) -> int:
+        """The word-vocabulary id of `word` (`<UNK>`'s id for an unknown word)."""
+        if self._word_to_id is None:
+            raise ValueError("this tokenizer has no word vocabulary: create it with vocab_file=...")
+        return self._word_to_id.get(word, self._word_to_id[UNK_TOKEN])
 
     # -- encoding ---------------------------------------------------------------------------------------------------
 
@@ -147,6 +179,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return_attention_mask: bool | None = None,
         return_token_type_ids: bool | None = None,
         return_length: bool = False,
+        return_word_labels: bool = False,
         **kwargs,
     ) -> ElmoBatchEncoding:
         """
@@ -154,7 +187,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
 
         `text` is a string, a list of strings, or, with `is_split_into_words=True`, a list of words or a list of
         such lists. `text_pair`, of the same form, gives second sentences (e.g. for NLI): each is encoded after the
-        first as its own `<S> ... </S>` and marked by `token_type_ids` 1.
+        first as its own `<S> ... </S>` and marked by `token_type_ids` 1. With `return_word_labels=True` (needs a
+        word vocabulary), `labels` holds the word id of every position, `<S>` and `</S>` included, -100 at padding:
+        the targets of [`ElmoForPreTraining`].
         """
         unknown = set(kwargs) - {"verbose", "return_special_tokens_mask", "return_offsets_mapping",
                                  "return_overflowing_tokens", "stride", "padding_side"}
@@ -172,13 +207,17 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             truncation = True
         limit = (max_length or self.model_max_length) if truncation not in (None, False, "do_not_truncate") else None
 
-        rows_batch, word_ids_batch, type_ids_batch = [], [], []
+        if return_word_labels and self._word_to_id is None:
+            raise ValueError("return_word_labels=True needs a word vocabulary: create the tokenizer with vocab_file=")
+        rows_batch, word_ids_batch, type_ids_batch, labels_batch = [], [], [], []
         for i, words in enumerate(firsts):
             pair = seconds[i] if seconds is not None else None
             rows, word_ids, type_ids = self._encode_one(words, pair, add_special_tokens, limit)
             rows_batch.append(rows)
             word_ids_batch.append(word_ids)
             type_ids_batch.append(type_ids)
+            if return_word_labels:
+                labels_batch.append(self._word_labels(words, pair, rows, word_ids, type_ids))
 
         data = {"input_ids": rows_batch}
         if return_attention_mask is not False:
@@ -191,6 +230,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             target = max_length if padding == "max_length" else None
             data = self._pad_lists(data, target, pad_to_multiple_of)
             word_ids_batch = [ids + [None] * (len(data["input_ids"][0]) - len(ids)) for ids in word_ids_batch]
+            labels_batch = [ids + [-100] * (len(data["input_ids"][0]) - len(ids)) for ids in labels_batch]
+        if return_word_labels:
+            data["labels"] = labels_batch
         if not batched:
             data = {key: value[0] for key, value in data.items()}
             return ElmoBatchEncoding(data, word_ids=word_ids_batch, tensor_type=return_tensors, prepend_batch_axis=True)
@@ -244,6 +286,17 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                 word_ids.append(None)
             type_ids.extend([type_id] * (len(rows) - len(type_ids)))
         return rows, word_ids, type_ids
+
+    def _word_labels(self, words, pair, rows, word_ids, type_ids) -> list[int]:
+        """The word-vocabulary id of every position of one encoded example."""
+        bos_id, eos_id = self.word_to_id(BOS_TOKEN), self.word_to_id(EOS_TOKEN)
+        labels = []
+        for row, word_id, type_id in zip(rows, word_ids, type_ids):
+            if word_id is None:
+                labels.append(bos_id if row is self._bos_row else eos_id)
+            else:
+                labels.append(self.word_to_id((words if type_id == 0 else pair)[word_id]))
+        return labels
 
     # -- padding ----------------------------------------------------------------------------------------------------
 
@@ -312,6 +365,20 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             data = bytes(i - 1 for i in row if 1 <= i <= 256)
             words.append(data.decode("utf-8", "replace"))
         return " ".join(words)
+
+
+def _read_word_vocab(vocab_file: str) -> Tokenizer:
+    """Loads a `tokenizers` `WordLevel` JSON and checks it holds the three special words."""
+    try:
+        tokenizer = Tokenizer.from_file(str(vocab_file))
+    except Exception as error:  # tokenizers raises a bare Exception for unreadable files
+        raise ValueError(f"{vocab_file} is not a readable tokenizers JSON: {error}") from error
+    if type(tokenizer.model).__name__ != "WordLevel":
+        raise ValueError(f"{vocab_file} holds a {type(tokenizer.model).__name__} model; a WordLevel one is needed")
+    missing = [token for token in (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN) if tokenizer.token_to_id(token) is None]
+    if missing:
+        raise ValueError(f"the word vocabulary {vocab_file} lacks {missing}")
+    return tokenizer
 
 
 def _to_list(value):

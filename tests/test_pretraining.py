@@ -1,0 +1,216 @@
+"""Pre-training from scratch: ElmoForPreTraining's losses, the word vocabulary, and the Trainer script end to end."""
+
+import math
+import os
+import random
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+import pytest
+import torch
+
+from conftest import tiny_config
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.modeling_elmo import ElmoForPreTraining
+from hf_elmo.pretraining import build_word_vocab, main
+
+WORDS = [f"w{i}" for i in range(24)]
+
+
+def structured_text(path: Path, n_sentences: int, seed: int) -> list[list[str]]:
+    """Sentences that walk the 24 words in steps of 3 from a random start: each word fixes its neighbours."""
+    rng = random.Random(seed)
+    sentences = []
+    for _ in range(n_sentences):
+        start, length = rng.randrange(len(WORDS)), rng.randint(3, 5)
+        sentences.append([WORDS[(start + 3 * k) % len(WORDS)] for k in range(length)])
+    path.write_text("".join(" ".join(s) + "\n" for s in sentences), encoding="utf-8")
+    return sentences
+
+
+def pretraining_args(tmp_path: Path, output_dir: Path, max_steps: int) -> list[str]:
+    return [
+        "--train-file", str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "valid.txt"),
+        "--output-dir", str(output_dir), "--preset", "tiny", "--projection-dim", "16", "--cell-dim", "32",
+        "--max-characters-per-token", "20", "--n-negative-samples", "8", "--min-count", "1", "--batch-size", "8",
+        "--learning-rate", "1e-2", "--max-steps", str(max_steps), "--eval-steps", str(max_steps),
+        "--save-steps", str(max_steps), "--logging-steps", str(max_steps),
+    ]
+
+
+@pytest.fixture
+def vocab_tokenizer(tmp_path) -> ElmoTokenizer:
+    """A tiny tokenizer with a word vocabulary of the 24 structured words."""
+    vocab_file = tmp_path / "word_vocab.json"
+    build_word_vocab([" ".join(WORDS)]).save(str(vocab_file))
+    return ElmoTokenizer(max_characters_per_token=20, vocab_file=str(vocab_file))
+
+
+def tiny_pretraining_model(vocab_size: int, n_negative_samples: int = 8, seed: int = 0) -> ElmoForPreTraining:
+    torch.manual_seed(seed)
+    return ElmoForPreTraining(tiny_config(word_vocab_size=vocab_size, n_negative_samples=n_negative_samples))
+
+
+# -- the model ---------------------------------------------------------------------------------------------------------
+
+
+def test_loss_is_the_mean_nll_of_next_and_previous_words(vocab_tokenizer):
+    model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).eval()
+    batch = vocab_tokenizer([["w0", "w3", "w6"], ["w9"]], is_split_into_words=True, padding=True,
+                            return_word_labels=True, return_tensors="pt")
+    output = model(**batch)
+    forward_lp, backward_lp = model.word_log_probs(batch["input_ids"], batch["attention_mask"])
+    forward_nll, backward_nll = [], []
+    for row, length in enumerate(batch["attention_mask"].sum(dim=1).tolist()):
+        labels = batch["labels"][row]
+        forward_nll += [-forward_lp[row, t, labels[t + 1]] for t in range(length - 1)]
+        backward_nll += [-backward_lp[row, t, labels[t - 1]] for t in range(1, length)]
+    expected_forward, expected_backward = torch.stack(forward_nll).mean(), torch.stack(backward_nll).mean()
+    torch.testing.assert_close(output.forward_loss, expected_forward)
+    torch.testing.assert_close(output.backward_loss, expected_backward)
+    torch.testing.assert_close(output.loss, (expected_forward + expected_backward) / 2)
+
+
+def test_forward_lm_never_sees_the_word_it_predicts(vocab_tokenizer):
+    model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).eval()
+    words = ["w0", "w3", "w6", "w9", "w12"]
+    perturbed_position = 3  # position of "w6" (<S> is position 0)
+    perturbed = list(words)
+    perturbed[perturbed_position - 1] = "w21"
+    batch = vocab_tokenizer([words, perturbed], is_split_into_words=True, padding=True, return_tensors="pt")
+    forward_lp, backward_lp = model.word_log_probs(batch["input_ids"], batch["attention_mask"])
+    # The forward LM predicts the word at t + 1 from positions <= t; the backward LM the word at t - 1 from >= t.
+    torch.testing.assert_close(forward_lp[0, :perturbed_position], forward_lp[1, :perturbed_position], rtol=0, atol=0)
+    torch.testing.assert_close(backward_lp[0, perturbed_position + 1:], backward_lp[1, perturbed_position + 1:],
+                               rtol=0, atol=0)
+    assert not torch.allclose(forward_lp[0, perturbed_position], forward_lp[1, perturbed_position])
+    assert not torch.allclose(backward_lp[0, perturbed_position], backward_lp[1, perturbed_position])
+
+
+def test_sampled_loss_agrees_with_the_full_loss_in_expectation(vocab_tokenizer):
+    model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size, n_negative_samples=100)
+    with torch.no_grad():  # a spread of logits, so that the sampled estimate is not trivially exact
+        model.softmax.weight.mul_(4.0)
+    batch = vocab_tokenizer([["w0", "w3", "w6", "w9"], ["w1", "w4"]], is_split_into_words=True, padding=True,
+                            return_word_labels=True, return_tensors="pt")
+    with torch.no_grad():
+        full = model.eval()(**batch)
+        biLM_output = model.elmo(batch["input_ids"], batch["attention_mask"], return_dict=True)
+        model.elmo.forward = lambda *args, **kwargs: biLM_output  # the biLM is deterministic: run it once
+        model.train()
+        torch.manual_seed(1)
+        draws = torch.stack([torch.stack([o.forward_loss, o.backward_loss]) for o in
+                             (model(**batch) for _ in range(500))])
+    full_losses = torch.stack([full.forward_loss, full.backward_loss])
+    print(f"full softmax losses {full_losses.tolist()}, mean of 500 sampled {draws.mean(0).tolist()}, "
+          f"std of one draw {draws.std(0).tolist()}")
+    assert (draws.std(0) > 1e-2).all()  # the training loss is sampled, not the full one
+    torch.testing.assert_close(draws.mean(0), full_losses, rtol=0.01, atol=0.0)
+
+
+def test_rejects_labels_of_the_wrong_shape_or_range(vocab_tokenizer):
+    model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).eval()
+    batch = vocab_tokenizer(["w0 w3"], padding=True, return_tensors="pt")
+    with pytest.raises(ValueError, match="labels must have shape"):
+        model(**batch, labels=torch.zeros(1, 3, dtype=torch.long))
+    with pytest.raises(ValueError, match="word ids"):
+        model(**batch, labels=torch.full((1, 4), vocab_tokenizer.word_vocab_size))
+    with pytest.raises(ValueError, match="word_vocab_size"):
+        ElmoForPreTraining(tiny_config())
+
+
+# -- the word vocabulary ---------------------------------------------------------------------------------------------
+
+
+def test_word_vocabulary_counts_caps_and_round_trips(tmp_path):
+    lines = ["a a a b b c", "a b d"]
+    vocab = build_word_vocab(lines, min_count=2)
+    assert vocab.get_vocab() == {"<S>": 0, "</S>": 1, "<UNK>": 2, "a": 3, "b": 4}
+    assert build_word_vocab(lines, max_size=4).get_vocab_size() == 4
+    vocab.save(str(tmp_path / "vocab.json"))
+    tokenizer = ElmoTokenizer(max_characters_per_token=20, vocab_file=str(tmp_path / "vocab.json"))
+    plain = ElmoTokenizer(max_characters_per_token=20)
+
+    encoded = tokenizer(["a c b", "b"], padding=True, return_word_labels=True)
+    assert encoded["labels"] == [[0, 3, 2, 4, 1], [0, 4, 1, -100, -100]]
+    assert encoded["input_ids"] == plain(["a c b", "b"], padding=True)["input_ids"]
+    assert "labels" not in tokenizer(["a c b"])
+
+    tokenizer.save_pretrained(tmp_path / "saved")
+    reloaded = ElmoTokenizer.from_pretrained(tmp_path / "saved")
+    assert reloaded.word_vocab_size == 5
+    assert reloaded(["d a"], return_word_labels=True)["labels"] == [[0, 2, 3, 1]]
+    plain.save_pretrained(tmp_path / "plain")
+    assert not (tmp_path / "plain" / "word_vocab.json").exists()
+    assert ElmoTokenizer.from_pretrained(tmp_path / "plain").word_vocab_size is None
+    with pytest.raises(ValueError, match="word vocabulary"):
+        plain(["a"], return_word_labels=True)
+
+
+# -- the Trainer script ----------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretrained_folder(tmp_path_factory):
+    """A tiny biLM trained by `main` for 300 steps on structured text; its folder and final metrics."""
+    folder = tmp_path_factory.mktemp("pretraining")
+    train = structured_text(folder / "train.txt", 400, seed=0)
+    valid = structured_text(folder / "valid.txt", 40, seed=1)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matrices: threads only add overhead
+    try:
+        metrics = main(pretraining_args(folder, folder / "model", max_steps=300))
+    finally:
+        torch.set_num_threads(threads)
+    return folder / "model", metrics, train, valid
+
+
+def unigram_perplexity(train: list[list[str]], valid: list[list[str]]) -> float:
+    """Perplexity of the validation words and `</S>` under the training text's unigram distribution."""
+    counts = Counter(word for sentence in train for word in sentence + ["</S>"])
+    total = sum(counts.values())
+    targets = [word for sentence in valid for word in sentence + ["</S>"]]
+    return math.exp(-sum(math.log(counts[word] / total) for word in targets) / len(targets))
+
+
+def test_pretraining_drives_perplexity_well_below_unigram(pretrained_folder):
+    _, metrics, train, valid = pretrained_folder
+    unigram = unigram_perplexity(train, valid)
+    print(f"unigram perplexity {unigram:.2f}; biLM forward {metrics['eval_forward_perplexity']:.2f}, "
+          f"backward {metrics['eval_backward_perplexity']:.2f}")
+    assert metrics["eval_forward_perplexity"] < unigram / 2
+    assert metrics["eval_backward_perplexity"] < unigram / 2
+    assert metrics["eval_loss"] == pytest.approx(math.log(metrics["eval_perplexity"]), rel=0.05)
+
+
+def test_pretrained_folder_loads_exports_and_reloads_identically(pretrained_folder, tmp_path):
+    from hf_elmo.conversion import export, load_original
+
+    folder = pretrained_folder[0]
+    pretraining = ElmoForPreTraining.from_pretrained(folder).eval()
+    model = ElmoModel.from_pretrained(folder).eval()
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    export(folder, tmp_path / "original")
+    reloaded = load_original(tmp_path / "original" / "options.json", tmp_path / "original" / "weights.hdf5")
+
+    batch = tokenizer(["w0 w3 w6", "w9 w12 w15 w18 w21"], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = pretraining.elmo(**batch, output_hidden_states=True).hidden_states
+        for candidate in (model, reloaded):
+            for ours, theirs in zip(expected, candidate(**batch, output_hidden_states=True).hidden_states):
+                torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
+
+
+@pytest.mark.slow
+def test_pretraining_runs_under_torchrun_with_two_processes(tmp_path):
+    structured_text(tmp_path / "train.txt", 64, seed=0)
+    structured_text(tmp_path / "valid.txt", 16, seed=1)
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "hf_elmo.pretraining",
+               *pretraining_args(tmp_path, tmp_path / "model", max_steps=4)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    assert (tmp_path / "model" / "model.safetensors").is_file()
+    assert "eval_forward_perplexity" in result.stdout + result.stderr
