@@ -419,12 +419,30 @@ def build_parser() -> argparse.ArgumentParser:
     info = commands.add_parser("info", help="print a model's sizes, layers, parameter count and dtype")
     info.add_argument("model", help="model folder or Hub id")
     info.set_defaults(func=info_command)
+
+    # Parsed by hf_elmo.pretraining itself (see main); listed here for `hf-elmo --help`.
+    commands.add_parser("pretrain", help="pre-train an ELMo biLM from scratch (hf-elmo pretrain --help)",
+                        add_help=False)
     return parser
 
 
-def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+def pretrain_command(argv: list[str]) -> int:
+    from .pretraining import main as pretrain
+
     try:
+        metrics = pretrain(argv)
+    except ValueError as error:
+        raise CliError(str(error), code=2) from error
+    print(json.dumps(metrics, indent=2))
+    return 0
+
+
+def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    try:
+        if argv[:1] == ["pretrain"]:
+            return pretrain_command(argv[1:])
+        args = build_parser().parse_args(argv)
         return args.func(args)
     except CliError as error:
         print(f"hf-elmo: error: {error}", file=sys.stderr)

@@ -248,3 +248,22 @@ def test_windowed_hidden_states_on_the_original_checkpoint(fixture_model, fixtur
         expected = fixture_model(input_ids, output_hidden_states=True).hidden_states
     for got, want in zip(fixture_model.windowed_hidden_states(input_ids[0], 5), expected):
         torch.testing.assert_close(got, want[0], atol=1e-5, rtol=0)
+
+
+def test_pretrain_subcommand_trains_and_saves_a_model(tmp_path, capsys):
+    text = "".join(f"the {w} sat on the mat .\n" for w in ["cat", "dog", "bird", "cow"] * 5)
+    (tmp_path / "train.txt").write_text(text, encoding="utf-8")
+    argv = ["pretrain", "--train-file", str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "train.txt"),
+            "--output-dir", str(tmp_path / "model"), "--preset", "tiny", "--max-characters-per-token", "20",
+            "--min-count", "1", "--n-negative-samples", "4", "--batch-size", "4", "--max-steps", "2"]
+    assert main(argv) == 0
+    assert '"eval_perplexity": ' in capsys.readouterr().out  # the final metrics, printed as JSON
+    assert ElmoModel.from_pretrained(tmp_path / "model").config.max_characters_per_token == 20
+
+
+def test_pretrain_subcommand_reports_bad_arguments(tmp_path, capsys):
+    (tmp_path / "train.txt").write_text("a b\n", encoding="utf-8")
+    argv = ["pretrain", "--train-file", str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "train.txt"),
+            "--output-dir", str(tmp_path / "model"), "--streaming"]
+    assert main(argv) == 2
+    assert "--streaming needs --max-steps" in capsys.readouterr().err
