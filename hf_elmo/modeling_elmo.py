@@ -14,6 +14,8 @@ from .configuration_elmo import ElmoConfig
 FORGET_BIAS = 1.0
 # Rows of the character table: 261 trained characters after a zero row for "no character".
 CHAR_TABLE_ROWS = 262
+# Tests set this to False to run `ElmoLstmLayer.forward`, the exact reference loop, even when nothing needs gradients.
+_FAST_RECURRENCE = True
 
 
 @dataclass
@@ -123,6 +125,51 @@ class ElmoLstmLayer(nn.Module):
             outputs[:, step] = torch.where(valid, new_hidden, 0.0)
         return outputs, hidden, memory
 
+    @torch.no_grad()
+    def forward_in_place(
+        self, inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """
+        [`~ElmoLstmLayer.forward`] without autograd, for when nothing needs gradients: same arguments and results
+        (within fp32 rounding). Each step is one matrix product plus in-place gate arithmetic on reused buffers; rows
+        that have ended keep running on garbage that is never read, so no step needs a mask, and each row's final
+        state is copied out at its last valid step.
+        """
+        batch_size, steps, _ = inputs.shape
+        cell = self.cell_dim
+        input_gates = F.linear(inputs.transpose(0, 1), self.input_weight, self.bias)  # (steps, batch, 4 * cell)
+        input_gates[..., cell : 2 * cell] += FORGET_BIAS
+        recurrent_weight = self.recurrent_weight.t()
+        projection_weight = self.projection_weight.t() if self.projection_weight is not None else None
+        outputs = inputs.new_empty(steps, batch_size, hidden.shape[-1])
+        gates = inputs.new_empty(batch_size, 4 * cell)
+        cell_output = inputs.new_empty(batch_size, cell) if projection_weight is not None else None
+        final_hidden, final_memory = hidden.clone(), memory.clone()
+        memory = memory.clone()
+        rows_ending_at = {}
+        for row, length in enumerate(mask.sum(dim=1).tolist()):
+            rows_ending_at.setdefault(length - 1, []).append(row)
+        for step in range(steps):
+            torch.addmm(input_gates[step], hidden, recurrent_weight, out=gates)
+            in_gate, forget_gate, cell_input, out_gate = gates.split(cell, dim=-1)
+            gates[:, : 2 * cell].sigmoid_()
+            out_gate.sigmoid_()
+            memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
+            if self.cell_clip is not None:
+                memory.clamp_(-self.cell_clip, self.cell_clip)
+            if projection_weight is None:
+                hidden = torch.tanh(memory, out=outputs[step]).mul_(out_gate)
+            else:
+                torch.tanh(memory, out=cell_output).mul_(out_gate)
+                hidden = torch.mm(cell_output, projection_weight, out=outputs[step])
+            if self.proj_clip is not None:
+                hidden.clamp_(-self.proj_clip, self.proj_clip)
+            if step in rows_ending_at:
+                rows = torch.tensor(rows_ending_at[step], device=inputs.device)
+                final_hidden[rows] = hidden[rows]
+                final_memory[rows] = memory[rows]
+        return outputs.transpose(0, 1) * mask.unsqueeze(-1), final_hidden, final_memory
+
 
 def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverses the first `lengths[b]` steps of each row `b` of `x` `(batch, steps, ...)`; the rest stay in place."""
@@ -150,12 +197,18 @@ class ElmoBiLm(nn.Module):
         state in the layout of the initial one.
         """
         lengths = mask.sum(dim=1)
+        needs_grad = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (tokens, hidden, memory, *self.parameters())
+        )
+        fast = _FAST_RECURRENCE and not needs_grad
         final_hidden, final_memory = [], []
         layer_outputs = []
         forward_input, backward_input = tokens, reverse_valid_steps(tokens, lengths)
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            forward_output, forward_h, forward_c = forward_layer(forward_input, mask, hidden[index, 0], memory[index, 0])
-            backward_output, backward_h, backward_c = backward_layer(
+            run_forward = forward_layer.forward_in_place if fast else forward_layer
+            run_backward = backward_layer.forward_in_place if fast else backward_layer
+            forward_output, forward_h, forward_c = run_forward(forward_input, mask, hidden[index, 0], memory[index, 0])
+            backward_output, backward_h, backward_c = run_backward(
                 backward_input, mask, hidden[index, 1], memory[index, 1]
             )
             if self.use_skip_connections and index > 0:
