@@ -10,6 +10,7 @@ AllenNLP is optional (see ../shared/peer/README.md); without it its rows and col
 
 import argparse
 import contextlib
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -104,7 +105,10 @@ def main():
     parser.add_argument("--batch1-sentences", type=int, default=8, help="sentences run one at a time")
     parser.add_argument("--batch32-sentences", type=int, default=96, help="sentences run 32 at a time")
     parser.add_argument("--checkpoint-dir", type=Path, default=Path(tempfile.gettempdir()) / "hf_elmo_bench_ckpt")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
 
     config = ElmoConfig()
     options_file, weight_file = write_random_original_checkpoint(args.checkpoint_dir, config)
@@ -116,6 +120,7 @@ def main():
     if allennlp is not None:
         paths = {"AllenNLP 2.10.1 Elmo": allennlp_path(*allennlp), **paths}
 
+    load_before = f"{os.getloadavg()[0]:.2f}"
     sentences = make_sentences(max(args.batch1_sentences, args.batch32_sentences), seed=0)
     rows = []
     with torch.inference_mode():
@@ -137,6 +142,7 @@ def main():
                 )
 
     parameters = sum(p.numel() for p in model.parameters())
+    print(f"load average before / after: {load_before} / {os.getloadavg()[0]:.2f} (other processes share these cores)")
     print(f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32, inference_mode; "
           f"random checkpoint of the original shapes ({parameters / 1e6:.1f}M parameters); ~25-word sentences; "
           f"end to end from words (tokenize + model)\n")

@@ -125,51 +125,6 @@ class ElmoLstmLayer(nn.Module):
             outputs[:, step] = torch.where(valid, new_hidden, 0.0)
         return outputs, hidden, memory
 
-    @torch.no_grad()
-    def forward_in_place(
-        self, inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """
-        [`~ElmoLstmLayer.forward`] without autograd, for when nothing needs gradients: same arguments and results
-        (within fp32 rounding). Each step is one matrix product plus in-place gate arithmetic on reused buffers; rows
-        that have ended keep running on garbage that is never read, so no step needs a mask, and each row's final
-        state is copied out at its last valid step.
-        """
-        batch_size, steps, _ = inputs.shape
-        cell = self.cell_dim
-        input_gates = F.linear(inputs.transpose(0, 1), self.input_weight, self.bias)  # (steps, batch, 4 * cell)
-        input_gates[..., cell : 2 * cell] += FORGET_BIAS
-        recurrent_weight = self.recurrent_weight.t()
-        projection_weight = self.projection_weight.t() if self.projection_weight is not None else None
-        outputs = inputs.new_empty(steps, batch_size, hidden.shape[-1])
-        gates = inputs.new_empty(batch_size, 4 * cell)
-        cell_output = inputs.new_empty(batch_size, cell) if projection_weight is not None else None
-        final_hidden, final_memory = hidden.clone(), memory.clone()
-        memory = memory.clone()
-        rows_ending_at = {}
-        for row, length in enumerate(mask.sum(dim=1).tolist()):
-            rows_ending_at.setdefault(length - 1, []).append(row)
-        for step in range(steps):
-            torch.addmm(input_gates[step], hidden, recurrent_weight, out=gates)
-            in_gate, forget_gate, cell_input, out_gate = gates.split(cell, dim=-1)
-            gates[:, : 2 * cell].sigmoid_()
-            out_gate.sigmoid_()
-            memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
-            if self.cell_clip is not None:
-                memory.clamp_(-self.cell_clip, self.cell_clip)
-            if projection_weight is None:
-                hidden = torch.tanh(memory, out=outputs[step]).mul_(out_gate)
-            else:
-                torch.tanh(memory, out=cell_output).mul_(out_gate)
-                hidden = torch.mm(cell_output, projection_weight, out=outputs[step])
-            if self.proj_clip is not None:
-                hidden.clamp_(-self.proj_clip, self.proj_clip)
-            if step in rows_ending_at:
-                rows = torch.tensor(rows_ending_at[step], device=inputs.device)
-                final_hidden[rows] = hidden[rows]
-                final_memory[rows] = memory[rows]
-        return outputs.transpose(0, 1) * mask.unsqueeze(-1), final_hidden, final_memory
-
 
 def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverses the first `lengths[b]` steps of each row `b` of `x` `(batch, steps, ...)`; the rest stay in place."""
@@ -205,20 +160,103 @@ class ElmoBiLm(nn.Module):
         layer_outputs = []
         forward_input, backward_input = tokens, reverse_valid_steps(tokens, lengths)
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            run_forward = forward_layer.forward_in_place if fast else forward_layer
-            run_backward = backward_layer.forward_in_place if fast else backward_layer
-            forward_output, forward_h, forward_c = run_forward(forward_input, mask, hidden[index, 0], memory[index, 0])
-            backward_output, backward_h, backward_c = run_backward(
-                backward_input, mask, hidden[index, 1], memory[index, 1]
-            )
+            if fast:
+                (forward_output, backward_output), layer_hidden, layer_memory = self._run_layer_in_place(
+                    index, forward_input, backward_input, mask, hidden[index], memory[index]
+                )
+            else:
+                forward_output, forward_h, forward_c = forward_layer(
+                    forward_input, mask, hidden[index, 0], memory[index, 0]
+                )
+                backward_output, backward_h, backward_c = backward_layer(
+                    backward_input, mask, hidden[index, 1], memory[index, 1]
+                )
+                layer_hidden, layer_memory = torch.stack([forward_h, backward_h]), torch.stack([forward_c, backward_c])
             if self.use_skip_connections and index > 0:
                 forward_output = forward_output + forward_input
                 backward_output = backward_output + backward_input
             layer_outputs.append(torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1))
-            final_hidden.append(torch.stack([forward_h, backward_h]))
-            final_memory.append(torch.stack([forward_c, backward_c]))
+            final_hidden.append(layer_hidden)
+            final_memory.append(layer_memory)
             forward_input, backward_input = forward_output, backward_output
         return layer_outputs, torch.stack(final_hidden), torch.stack(final_memory)
+
+    @torch.no_grad()
+    def _run_layer_in_place(
+        self,
+        index: int,
+        forward_input: torch.Tensor,
+        backward_input: torch.Tensor,
+        mask: torch.Tensor,
+        hidden: torch.Tensor,
+        memory: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """
+        Both directions of layer `index` advanced together, without autograd, for when nothing needs gradients: the
+        results of each direction's [`ElmoLstmLayer.forward`] within fp32 rounding.
+
+        Rows are sorted by length so that the rows still running at any step are a prefix of the batch: padded
+        positions cost nothing, ended rows simply keep their final state, and no step needs a mask. The input
+        projection of all valid positions is one matrix product per direction; each step is one matrix product per
+        direction plus gate arithmetic done in place, once for both directions, on reused buffers.
+
+        Inputs `(batch, steps, projection_dim)` each (the backward one already reversed), `mask` `(batch, steps)`,
+        `hidden` `(2, batch, projection_dim)`, `memory` `(2, batch, cell_dim)`. Returns outputs
+        `(2, batch, steps, projection_dim)`, zero at invalid steps, and the final `hidden` and `memory`.
+        """
+        layers = (self.forward_layers[index], self.backward_layers[index])
+        batch_size, steps, input_dim = forward_input.shape
+        cell, cell_clip, proj_clip = layers[0].cell_dim, layers[0].cell_clip, layers[0].proj_clip
+        projected = layers[0].projection_weight is not None
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        packed_mask = mask[order].t()  # (steps, batch): the valid positions in time-major order
+        running = packed_mask.sum(dim=1).tolist()  # rows still running at each step
+
+        input_gates = forward_input.new_empty(2, int(lengths.sum()), 4 * cell)
+        for direction, (layer, inputs) in enumerate(zip(layers, (forward_input, backward_input))):
+            packed_inputs = inputs[order].transpose(0, 1)[packed_mask]
+            torch.addmm(layer.bias, packed_inputs, layer.input_weight.t(), out=input_gates[direction])
+        input_gates[..., cell : 2 * cell] += FORGET_BIAS
+
+        hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
+        packed_outputs = forward_input.new_empty(2, input_gates.shape[1], hidden.shape[-1])
+        gates = forward_input.new_empty(2, batch_size, 4 * cell)
+        cell_output = forward_input.new_empty(2, batch_size, cell)
+        offset = 0
+        for rows in running:
+            if rows == 0:
+                break
+            for direction, layer in enumerate(layers):
+                torch.addmm(
+                    input_gates[direction, offset : offset + rows],
+                    hidden[direction, :rows],
+                    layer.recurrent_weight.t(),
+                    out=gates[direction, :rows],
+                )
+            in_gate, forget_gate, cell_input, out_gate = gates[:, :rows].split(cell, dim=-1)
+            gates[:, :rows, : 2 * cell].sigmoid_()
+            out_gate.sigmoid_()
+            step_memory = memory[:, :rows]
+            step_memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
+            if cell_clip is not None:
+                step_memory.clamp_(-cell_clip, cell_clip)
+            step_hidden = hidden[:, :rows]
+            if projected:
+                torch.tanh(step_memory, out=cell_output[:, :rows]).mul_(out_gate)
+                for direction, layer in enumerate(layers):
+                    torch.mm(cell_output[direction, :rows], layer.projection_weight.t(), out=step_hidden[direction])
+            else:
+                torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
+            if proj_clip is not None:
+                step_hidden.clamp_(-proj_clip, proj_clip)
+            packed_outputs[:, offset : offset + rows] = step_hidden
+            offset += rows
+
+        outputs = packed_outputs.new_zeros(2, steps, batch_size, hidden.shape[-1])
+        outputs[:, packed_mask] = packed_outputs
+        restore = torch.argsort(order)
+        return outputs.transpose(1, 2)[:, restore], hidden[:, restore], memory[:, restore]
 
 
 class ElmoPreTrainedModel(PreTrainedModel):

@@ -5,7 +5,7 @@ import torch
 
 import hf_elmo.modeling_elmo as modeling_elmo
 from hf_elmo import ElmoModel
-from hf_elmo.modeling_elmo import ElmoLstmLayer
+from hf_elmo.modeling_elmo import ElmoBiLm
 
 from conftest import tiny_config
 
@@ -95,33 +95,27 @@ def test_fast_recurrence_rows_without_valid_positions_keep_their_initial_state(m
     assert fast.last_hidden_state[1].abs().max() == 0
 
 
-def test_layer_fast_forward_equals_forward_and_leaves_arguments_untouched():
+def test_fast_recurrence_leaves_its_arguments_untouched(monkeypatch):
     torch.manual_seed(0)
-    layer = ElmoLstmLayer(tiny_config())
-    for parameter in layer.parameters():
-        torch.nn.init.uniform_(parameter, -0.5, 0.5)
-    inputs = torch.randn(3, 6, 8)
-    mask = torch.arange(6) < torch.tensor([6, 3, 5])[:, None]
-    hidden, memory = torch.randn(3, 8), torch.randn(3, 16)
-    copies = [tensor.clone() for tensor in (inputs, hidden, memory)]
-    exact = layer(inputs, mask, hidden, memory)
-    fast = layer.forward_in_place(inputs, mask, hidden, memory)
-    for fast_tensor, exact_tensor in zip(fast, exact, strict=True):
-        assert_close(fast_tensor, exact_tensor)
-    for tensor, copy in zip((inputs, hidden, memory), copies):
-        assert torch.equal(tensor, copy)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [6, 3, 5])
+    hidden, memory = random_state(config, 3)
+    copies = hidden.clone(), memory.clone()
+    run_model(model, input_ids, mask, True, monkeypatch, (hidden, memory))
+    assert torch.equal(hidden, copies[0]) and torch.equal(memory, copies[1])
 
 
 def test_path_selection_follows_autograd(monkeypatch):
     """Training the biLM takes the differentiable reference loop; a frozen biLM or inference takes the fast one."""
     calls = []
-    original = ElmoLstmLayer.forward_in_place
+    original = ElmoBiLm._run_layer_in_place
 
     def spy(self, *args):
         calls.append(1)
         return original(self, *args)
 
-    monkeypatch.setattr(ElmoLstmLayer, "forward_in_place", spy)
+    monkeypatch.setattr(ElmoBiLm, "_run_layer_in_place", spy)
     torch.manual_seed(0)
     config = tiny_config()
     model = ElmoModel(config)
@@ -133,13 +127,13 @@ def test_path_selection_follows_autograd(monkeypatch):
 
     model.requires_grad_(False)
     output = model(input_ids, attention_mask=mask)
-    assert len(calls) == 2 * config.n_layers and not output.last_hidden_state.requires_grad
+    assert len(calls) == config.n_layers and not output.last_hidden_state.requires_grad
 
     calls.clear()
     model.requires_grad_(True)
     with torch.no_grad():
         model(input_ids, attention_mask=mask)
-    assert len(calls) == 2 * config.n_layers
+    assert len(calls) == config.n_layers
 
 
 def test_fast_recurrence_on_fixture_checkpoint(fixture_model, fixture_sentences, monkeypatch):
