@@ -1,7 +1,8 @@
 """Words per second of ELMo inference from words, AllenNLP 2.10 beside each hf_elmo path, on one random checkpoint.
 
 Prints one markdown table: throughput at batch 1 and 32, the ratio to AllenNLP, the top layer's max |diff| against
-hf_elmo's exact path and against AllenNLP, and the peak resident memory added while each path ran.
+hf_elmo's exact path and against AllenNLP, and the peak resident memory one call added. The paths take turns batch by
+batch on the same sentences, so that load from other processes falls on all of them alike.
 
     PYTHONPATH=$PWD:/tmp/allennlp_site:../shared/peer python benchmarks/benchmark_inference.py
 
@@ -80,15 +81,22 @@ def allennlp_path(elmo, batch_to_ids):
     return run
 
 
-def measure(run, sentences, batch_size):
-    """Runs `run` over `sentences` in batches; returns (timed seconds, peak RSS delta, [(top layer, mask)])."""
-    outputs, seconds = [], 0.0
-    with PeakRss() as peak:
-        for start in range(0, len(sentences), batch_size):
-            batch_seconds, top, mask = run(sentences[start : start + batch_size])
-            seconds += batch_seconds
-            outputs.append((top, mask))
-    return seconds, peak.delta, outputs
+def measure(paths, sentences, batch_size):
+    """
+    Runs every path on each batch of `sentences` in turn (the order rotating from batch to batch, so that load from
+    other processes falls on all paths alike); returns, per path, timed seconds, the largest peak RSS added by one
+    call, and `[(top layer, mask)]`.
+    """
+    results = {name: [0.0, 0, []] for name in paths}
+    for turn, start in enumerate(range(0, len(sentences), batch_size)):
+        names = list(paths)
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:
+            with PeakRss() as peak:
+                seconds, top, mask = paths[name](sentences[start : start + batch_size])
+            results[name][0] += seconds
+            results[name][1] = max(results[name][1], peak.delta)
+            results[name][2].append((top, mask))
+    return results
 
 
 def max_diff(outputs, reference) -> float:
@@ -129,7 +137,7 @@ def main():
         for batch_size, count in ((1, args.batch1_sentences), (32, args.batch32_sentences)):
             batch_sentences = sentences[:count]
             words = sum(len(sentence) for sentence in batch_sentences)
-            results = {name: measure(run, batch_sentences, batch_size) for name, run in paths.items()}
+            results = measure(paths, batch_sentences, batch_size)
             exact = results["hf_elmo exact (reference loop)"][2]
             baseline = results.get("AllenNLP 2.10.1 Elmo")
             for name, (seconds, rss, outputs) in results.items():

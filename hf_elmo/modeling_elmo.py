@@ -222,7 +222,7 @@ class ElmoBiLm(nn.Module):
         hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
         packed_outputs = forward_input.new_empty(2, input_gates.shape[1], hidden.shape[-1])
         gates = forward_input.new_empty(2, batch_size, 4 * cell)
-        cell_output = forward_input.new_empty(2, batch_size, cell)
+        cell_output = forward_input.new_empty(2, batch_size, cell) if projected else None
         offset = 0
         for rows in running:
             if rows == 0:
