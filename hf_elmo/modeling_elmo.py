@@ -14,6 +14,8 @@ from .configuration_elmo import ElmoConfig
 FORGET_BIAS = 1.0
 # Rows of the character table: 261 trained characters after a zero row for "no character".
 CHAR_TABLE_ROWS = 262
+# Tests set this to False to run `ElmoLstmLayer.forward`, the exact reference loop, even when nothing needs gradients.
+_FAST_RECURRENCE = True
 
 
 @dataclass
@@ -150,22 +152,111 @@ class ElmoBiLm(nn.Module):
         state in the layout of the initial one.
         """
         lengths = mask.sum(dim=1)
+        needs_grad = torch.is_grad_enabled() and any(
+            t.requires_grad for t in (tokens, hidden, memory, *self.parameters())
+        )
+        fast = _FAST_RECURRENCE and not needs_grad
         final_hidden, final_memory = [], []
         layer_outputs = []
         forward_input, backward_input = tokens, reverse_valid_steps(tokens, lengths)
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            forward_output, forward_h, forward_c = forward_layer(forward_input, mask, hidden[index, 0], memory[index, 0])
-            backward_output, backward_h, backward_c = backward_layer(
-                backward_input, mask, hidden[index, 1], memory[index, 1]
-            )
+            if fast:
+                (forward_output, backward_output), layer_hidden, layer_memory = self._run_layer_in_place(
+                    index, forward_input, backward_input, mask, hidden[index], memory[index]
+                )
+            else:
+                forward_output, forward_h, forward_c = forward_layer(
+                    forward_input, mask, hidden[index, 0], memory[index, 0]
+                )
+                backward_output, backward_h, backward_c = backward_layer(
+                    backward_input, mask, hidden[index, 1], memory[index, 1]
+                )
+                layer_hidden, layer_memory = torch.stack([forward_h, backward_h]), torch.stack([forward_c, backward_c])
             if self.use_skip_connections and index > 0:
                 forward_output = forward_output + forward_input
                 backward_output = backward_output + backward_input
             layer_outputs.append(torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1))
-            final_hidden.append(torch.stack([forward_h, backward_h]))
-            final_memory.append(torch.stack([forward_c, backward_c]))
+            final_hidden.append(layer_hidden)
+            final_memory.append(layer_memory)
             forward_input, backward_input = forward_output, backward_output
         return layer_outputs, torch.stack(final_hidden), torch.stack(final_memory)
+
+    @torch.no_grad()
+    def _run_layer_in_place(
+        self,
+        index: int,
+        forward_input: torch.Tensor,
+        backward_input: torch.Tensor,
+        mask: torch.Tensor,
+        hidden: torch.Tensor,
+        memory: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """
+        Both directions of layer `index` advanced together, without autograd, for when nothing needs gradients: the
+        results of each direction's [`ElmoLstmLayer.forward`] within fp32 rounding.
+
+        Rows are sorted by length so that the rows still running at any step are a prefix of the batch: padded
+        positions cost nothing, ended rows simply keep their final state, and no step needs a mask. The input
+        projection of all valid positions is one matrix product per direction; each step is one matrix product per
+        direction plus gate arithmetic done in place, once for both directions, on reused buffers.
+
+        Inputs `(batch, steps, projection_dim)` each (the backward one already reversed), `mask` `(batch, steps)`,
+        `hidden` `(2, batch, projection_dim)`, `memory` `(2, batch, cell_dim)`. Returns outputs
+        `(2, batch, steps, projection_dim)`, zero at invalid steps, and the final `hidden` and `memory`.
+        """
+        layers = (self.forward_layers[index], self.backward_layers[index])
+        batch_size, steps, input_dim = forward_input.shape
+        cell, cell_clip, proj_clip = layers[0].cell_dim, layers[0].cell_clip, layers[0].proj_clip
+        projected = layers[0].projection_weight is not None
+        lengths = mask.sum(dim=1)
+        order = torch.argsort(lengths, descending=True, stable=True)
+        packed_mask = mask[order].t()  # (steps, batch): the valid positions in time-major order
+        running = packed_mask.sum(dim=1).tolist()  # rows still running at each step
+
+        input_gates = forward_input.new_empty(2, int(lengths.sum()), 4 * cell)
+        for direction, (layer, inputs) in enumerate(zip(layers, (forward_input, backward_input))):
+            packed_inputs = inputs[order].transpose(0, 1)[packed_mask]
+            torch.addmm(layer.bias, packed_inputs, layer.input_weight.t(), out=input_gates[direction])
+        input_gates[..., cell : 2 * cell] += FORGET_BIAS
+
+        hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
+        packed_outputs = forward_input.new_empty(2, input_gates.shape[1], hidden.shape[-1])
+        gates = forward_input.new_empty(2, batch_size, 4 * cell)
+        cell_output = forward_input.new_empty(2, batch_size, cell) if projected else None
+        offset = 0
+        for rows in running:
+            if rows == 0:
+                break
+            for direction, layer in enumerate(layers):
+                torch.addmm(
+                    input_gates[direction, offset : offset + rows],
+                    hidden[direction, :rows],
+                    layer.recurrent_weight.t(),
+                    out=gates[direction, :rows],
+                )
+            in_gate, forget_gate, cell_input, out_gate = gates[:, :rows].split(cell, dim=-1)
+            gates[:, :rows, : 2 * cell].sigmoid_()
+            out_gate.sigmoid_()
+            step_memory = memory[:, :rows]
+            step_memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
+            if cell_clip is not None:
+                step_memory.clamp_(-cell_clip, cell_clip)
+            step_hidden = hidden[:, :rows]
+            if projected:
+                torch.tanh(step_memory, out=cell_output[:, :rows]).mul_(out_gate)
+                for direction, layer in enumerate(layers):
+                    torch.mm(cell_output[direction, :rows], layer.projection_weight.t(), out=step_hidden[direction])
+            else:
+                torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
+            if proj_clip is not None:
+                step_hidden.clamp_(-proj_clip, proj_clip)
+            packed_outputs[:, offset : offset + rows] = step_hidden
+            offset += rows
+
+        outputs = packed_outputs.new_zeros(2, steps, batch_size, hidden.shape[-1])
+        outputs[:, packed_mask] = packed_outputs
+        restore = torch.argsort(order)
+        return outputs.transpose(1, 2)[:, restore], hidden[:, restore], memory[:, restore]
 
 
 class ElmoPreTrainedModel(PreTrainedModel):

@@ -8,6 +8,7 @@ end-of-word markers and padded; every id is then shifted by one so that an all-z
 import os
 from collections.abc import Sequence
 
+import numpy as np
 from tokenizers import Tokenizer, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizerBase
 
@@ -236,6 +237,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if not batched:
             data = {key: value[0] for key, value in data.items()}
             return ElmoBatchEncoding(data, word_ids=word_ids_batch, tensor_type=return_tensors, prepend_batch_axis=True)
+        if return_tensors in ("pt", "np") and len({len(rows) for rows in data["input_ids"]}) == 1:
+            # transformers' generic conversion walks the nested lists item by item; numpy reads them ~10x faster.
+            data = {key: _int64_tensor(value, return_tensors) for key, value in data.items()}
         return ElmoBatchEncoding(data, word_ids=word_ids_batch, tensor_type=return_tensors)
 
     def _as_batch_of_words(self, text, is_split_into_words: bool, name: str) -> tuple[bool, list[list[str]]]:
@@ -379,6 +383,16 @@ def _read_word_vocab(vocab_file: str) -> Tokenizer:
     if missing:
         raise ValueError(f"the word vocabulary {vocab_file} lacks {missing}")
     return tokenizer
+
+
+def _int64_tensor(value: list, return_tensors: str):
+    """A rectangular nested list of ints as an int64 torch tensor (`"pt"`) or numpy array (`"np"`)."""
+    array = np.array(value, dtype=np.int64)
+    if return_tensors == "np":
+        return array
+    import torch
+
+    return torch.from_numpy(array)
 
 
 def _to_list(value):

@@ -1,0 +1,123 @@
+"""The other figures of the speed goals, as one markdown table: tokenizer, converter, long-document memory, training.
+
+    PYTHONPATH=$PWD python benchmarks/benchmark_extras.py
+
+- tokenizer: words/s of `ElmoTokenizer` from pre-split words to padded tensors, 32 sentences a call;
+- converter: seconds of `hf_elmo.conversion.convert` on a random checkpoint of the original shapes (~374 MB);
+- memory: peak resident memory of the process while embedding a 2,000-word document, in windows with the state
+  carried from one to the next, and in one piece;
+- training: words/s of one step (forward, scalar loss through a linear head, backward) at batch 32, with the biLM
+  frozen (the fast recurrence applies) and unfrozen (autograd through the exact loop).
+"""
+
+import argparse
+import os
+import shutil
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from hf_elmo import ElmoConfig, ElmoTokenizer
+from hf_elmo.conversion import convert, load_original
+
+from common import PeakRss, cpu_name, make_sentences, rss_bytes, write_random_original_checkpoint
+
+
+def tokenizer_words_per_second(tokenizer, sentences) -> float:
+    words = sum(len(sentence) for sentence in sentences)
+    began = time.perf_counter()
+    for start in range(0, len(sentences), 32):
+        tokenizer(sentences[start : start + 32], is_split_into_words=True, padding=True, return_tensors="pt")
+    return words / (time.perf_counter() - began)
+
+
+def document_peak_memory(model, tokenizer, document, window: int | None) -> tuple[float, float]:
+    """Peak RSS (absolute, added) in MB while embedding `document` in windows of `window` words (None: whole)."""
+    window = window or len(document)
+    with torch.inference_mode(), PeakRss() as peak:
+        state = None
+        for start in range(0, len(document), window):
+            encoded = tokenizer([document[start : start + window]], is_split_into_words=True, return_tensors="pt")
+            output = model(**encoded, initial_state=state, return_final_state=True)
+            state = output.final_state
+    return peak.peak / 2**20, peak.delta / 2**20
+
+
+def training_words_per_second(model, tokenizer, sentences, frozen: bool, steps: int) -> float:
+    model.train()
+    model.requires_grad_(not frozen)
+    head = torch.nn.Linear(model.config.hidden_size, 1)
+    optimizer = torch.optim.SGD([*head.parameters(), *(p for p in model.parameters() if p.requires_grad)], lr=1e-6)
+    words, seconds = 0, 0.0
+    for step in range(steps + 1):  # the first step warms up and is not counted
+        batch = sentences[32 * step : 32 * (step + 1)]
+        began = time.perf_counter()
+        encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+        output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
+        loss = head(output.last_hidden_state).mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+        if step:
+            seconds += time.perf_counter() - began
+            words += sum(len(sentence) for sentence in batch)
+    model.eval().requires_grad_(True)
+    return words / seconds
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--checkpoint-dir", type=Path, default=Path(tempfile.gettempdir()) / "hf_elmo_bench_ckpt")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    parser.add_argument("--training-steps", type=int, default=2, help="timed steps of 32 sentences per setting")
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    load_before = f"{os.getloadavg()[0]:.2f}"
+
+    config = ElmoConfig()
+    options_file, weight_file = write_random_original_checkpoint(args.checkpoint_dir, config)
+    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
+    rows = []
+
+    sentences = make_sentences(4000, seed=1)
+    tokenizer_words_per_second(tokenizer, sentences[:64])  # warm-up
+    speed = tokenizer_words_per_second(tokenizer, sentences)
+    rows.append(("tokenizer, 32 pre-split sentences a call, 4,000 sentences", f"{speed:,.0f} words/s",
+                 ">= 200,000 words/s"))
+
+    output_dir = Path(tempfile.mkdtemp()) / "converted"
+    began = time.perf_counter()
+    convert(options_file, weight_file, output_dir)
+    size = weight_file.stat().st_size / 2**20
+    rows.append((f"convert() on a {size:.0f} MB original-layout checkpoint", f"{time.perf_counter() - began:.1f} s",
+                 "<= 15 s"))
+    shutil.rmtree(output_dir.parent)
+
+    model = load_original(options_file, weight_file)
+    model_mb = sum(p.numel() * p.element_size() for p in model.parameters()) / 2**20
+    document = [word for sentence in make_sentences(200, seed=2) for word in sentence][:2000]
+    for window in (200, None):
+        peak, added = document_peak_memory(model, tokenizer, document, window)
+        what = f"windows of {window} words, state carried" if window else "one piece"
+        rows.append((f"2,000-word document, {what}: peak RSS (added)", f"{peak:,.0f} MB ({added:,.0f} MB)",
+                     f"< {model_mb + 1024:,.0f} MB (model {model_mb:.0f} MB + 1 GB)"))
+
+    train_sentences = make_sentences(32 * (args.training_steps + 1), seed=3)
+    for frozen in (True, False):
+        speed = training_words_per_second(model, tokenizer, train_sentences, frozen, args.training_steps)
+        rows.append((f"training step, batch 32, biLM {'frozen' if frozen else 'unfrozen'}", f"{speed:.1f} words/s",
+                     "reported"))
+
+    print(f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32; process RSS at the end "
+          f"{rss_bytes() / 2**20:,.0f} MB; load average before / after: {load_before} / {os.getloadavg()[0]:.2f}\n")
+    print("| measure | result | goal |")
+    print("|---|---:|---|")
+    for measure, result, goal in rows:
+        print(f"| {measure} | {result} | {goal} |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""Words per second of ELMo inference from words, AllenNLP 2.10 beside each hf_elmo path, on one random checkpoint.
+
+Prints one markdown table: throughput at batch 1 and 32, the ratio to AllenNLP, the top layer's max |diff| against
+hf_elmo's exact path and against AllenNLP, and the peak resident memory one call added. The paths take turns batch by
+batch on the same sentences, so that load from other processes falls on all of them alike.
+
+    PYTHONPATH=$PWD:/tmp/allennlp_site:../shared/peer python benchmarks/benchmark_inference.py
+
+AllenNLP is optional (see ../shared/peer/README.md); without it its rows and columns are left out.
+"""
+
+import argparse
+import contextlib
+import os
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+import hf_elmo.modeling_elmo as modeling_elmo
+from hf_elmo import ElmoConfig, ElmoTokenizer
+from hf_elmo.conversion import load_original
+
+from common import PeakRss, cpu_name, make_sentences, write_random_original_checkpoint
+
+
+def load_allennlp(options_file: Path, weight_file: Path):
+    """AllenNLP's `Elmo` on the same files, or None when AllenNLP is not importable."""
+    try:
+        import allennlp_shim  # noqa: F401  (stands in for AllenNLP's heavy, unused dependencies)
+        import allennlp.modules.elmo as allennlp_elmo
+        import allennlp.modules.elmo_lstm as allennlp_elmo_lstm
+    except ImportError:
+        return None
+    allennlp_elmo.cached_path = allennlp_elmo_lstm.cached_path = str
+    elmo = allennlp_elmo.Elmo(str(options_file), str(weight_file), num_output_representations=1, dropout=0.0)
+    return elmo.eval(), allennlp_elmo.batch_to_ids
+
+
+@contextlib.contextmanager
+def recurrence(fast: bool):
+    previous = modeling_elmo._FAST_RECURRENCE
+    modeling_elmo._FAST_RECURRENCE = fast
+    try:
+        yield
+    finally:
+        modeling_elmo._FAST_RECURRENCE = previous
+
+
+def hf_elmo_path(model, tokenizer, fast: bool):
+    """From words to `(seconds, top layer with boundary rows, mask)` with hf_elmo's exact or fast recurrence."""
+
+    def run(batch):
+        with recurrence(fast):
+            began = time.perf_counter()
+            encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+            output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
+            seconds = time.perf_counter() - began
+        return seconds, output.last_hidden_state, encoded["attention_mask"].bool()
+
+    return run
+
+
+def allennlp_path(elmo, batch_to_ids):
+    """
+    From words to `(seconds, top layer with boundary rows, mask)` with AllenNLP's `Elmo` (timed: what its users run),
+    then its biLM again, untimed, for the top layer; the LSTM state is reset before each call.
+    """
+    bilm = elmo._elmo_lstm
+
+    def run(batch):
+        bilm._elmo_lstm.reset_states()
+        began = time.perf_counter()
+        elmo(batch_to_ids(batch))
+        seconds = time.perf_counter() - began
+        bilm._elmo_lstm.reset_states()
+        output = bilm(batch_to_ids(batch))
+        return seconds, output["activations"][-1], output["mask"].bool()
+
+    return run
+
+
+def measure(paths, sentences, batch_size):
+    """
+    Runs every path on each batch of `sentences` in turn (the order rotating from batch to batch, so that load from
+    other processes falls on all paths alike); returns, per path, timed seconds, the largest peak RSS added by one
+    call, and `[(top layer, mask)]`.
+    """
+    results = {name: [0.0, 0, []] for name in paths}
+    for turn, start in enumerate(range(0, len(sentences), batch_size)):
+        names = list(paths)
+        for name in names[turn % len(names) :] + names[: turn % len(names)]:
+            with PeakRss() as peak:
+                seconds, top, mask = paths[name](sentences[start : start + batch_size])
+            results[name][0] += seconds
+            results[name][1] = max(results[name][1], peak.delta)
+            results[name][2].append((top, mask))
+    return results
+
+
+def max_diff(outputs, reference) -> float:
+    worst = 0.0
+    for (top, mask), (reference_top, reference_mask) in zip(outputs, reference):
+        if not torch.equal(mask, reference_mask):
+            raise RuntimeError("paths disagree on the mask")
+        worst = max(worst, (top - reference_top)[mask].abs().max().item())
+    return worst
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--batch1-sentences", type=int, default=8, help="sentences run one at a time")
+    parser.add_argument("--batch32-sentences", type=int, default=96, help="sentences run 32 at a time")
+    parser.add_argument("--checkpoint-dir", type=Path, default=Path(tempfile.gettempdir()) / "hf_elmo_bench_ckpt")
+    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
+    args = parser.parse_args()
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+
+    config = ElmoConfig()
+    options_file, weight_file = write_random_original_checkpoint(args.checkpoint_dir, config)
+    model = load_original(options_file, weight_file).eval()
+    tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
+    paths = {"hf_elmo exact (reference loop)": hf_elmo_path(model, tokenizer, fast=False),
+             "hf_elmo fast (default)": hf_elmo_path(model, tokenizer, fast=True)}
+    allennlp = load_allennlp(options_file, weight_file)
+    if allennlp is not None:
+        paths = {"AllenNLP 2.10.1 Elmo": allennlp_path(*allennlp), **paths}
+
+    load_before = f"{os.getloadavg()[0]:.2f}"
+    sentences = make_sentences(max(args.batch1_sentences, args.batch32_sentences), seed=0)
+    rows = []
+    with torch.inference_mode():
+        for run in paths.values():  # warm-up: first-call allocations and library initialisation
+            run(sentences[:2])
+        for batch_size, count in ((1, args.batch1_sentences), (32, args.batch32_sentences)):
+            batch_sentences = sentences[:count]
+            words = sum(len(sentence) for sentence in batch_sentences)
+            results = measure(paths, batch_sentences, batch_size)
+            exact = results["hf_elmo exact (reference loop)"][2]
+            baseline = results.get("AllenNLP 2.10.1 Elmo")
+            for name, (seconds, rss, outputs) in results.items():
+                rows.append(
+                    (name, batch_size, count, words / seconds,
+                     f"{baseline[0] / seconds:.2f}x" if baseline else "-",
+                     f"{max_diff(outputs, exact):.1e}",
+                     f"{max_diff(outputs, baseline[2]):.1e}" if baseline else "-",
+                     rss / 2**20)
+                )
+
+    parameters = sum(p.numel() for p in model.parameters())
+    print(f"load average before / after: {load_before} / {os.getloadavg()[0]:.2f} (other processes share these cores)")
+    print(f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32, inference_mode; "
+          f"random checkpoint of the original shapes ({parameters / 1e6:.1f}M parameters); ~25-word sentences; "
+          f"end to end from words (tokenize + model)\n")
+    print("| path | batch | sentences | words/s | vs AllenNLP | max abs diff vs exact | max abs diff vs AllenNLP "
+          "| peak RSS added (MB) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name, batch_size, count, speed, ratio, diff_exact, diff_allennlp, rss in rows:
+        print(f"| {name} | {batch_size} | {count} | {speed:.1f} | {ratio} | {diff_exact} | {diff_allennlp} "
+              f"| {rss:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
