@@ -14,6 +14,12 @@ from .configuration_elmo import ElmoConfig
 FORGET_BIAS = 1.0
 # Rows of the character table: 261 trained characters after a zero row for "no character".
 CHAR_TABLE_ROWS = 262
+# What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
+# `trust_remote_code=True` from the code files saved beside the weights.
+AUTO_MAP = {
+    "AutoConfig": "configuration_elmo.ElmoConfig",
+    "AutoModel": "modeling_elmo.ElmoModel",
+}
 
 
 @dataclass
@@ -174,6 +180,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
     _no_split_modules = ["ElmoLstmLayer"]
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`."""
+        if self.is_remote_code():
+            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **AUTO_MAP}
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
