@@ -354,6 +354,27 @@ class ElmoModel(ElmoPreTrainedModel):
         )
         return output if return_dict else output.to_tuple()
 
+    def sentence_embedding(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        layer_weights: list[float] | torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """
+        One vector per sentence, like TF-Hub ELMo's "default" output: the mean over each row's words (not `<S>`,
+        `</S>` or padding) of `sum_j w_j h_j`, with `layer_weights` `w` (one per layer, used as given) defaulting to
+        the plain average of the `n_layers + 1` layers. Returns `(batch, 2 * projection_dim)`.
+        """
+        layers = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
+        layers = layers.hidden_states
+        weights = torch.full((len(layers),), 1.0 / len(layers)) if layer_weights is None else layer_weights
+        weights = torch.as_tensor(weights, dtype=layers[0].dtype, device=layers[0].device)
+        if weights.shape != (len(layers),):
+            raise ValueError(f"layer_weights needs {len(layers)} values, got shape {tuple(weights.shape)}")
+        mixed = sum(weight * layer for weight, layer in zip(weights, layers))
+        mask = self._validated_mask(input_ids, attention_mask)
+        return masked_pool(mixed, word_positions(input_ids, mask), "mean")
+
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The boolean `(batch, positions)` mask, checked to be right-padded."""
         if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.max_characters_per_token:
@@ -593,6 +614,23 @@ class ElmoForTokenClassification(ElmoHeadModel):
             loss = loss + self.task_encoder.mix.penalty()
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
         return output if return_dict else output.to_tuple()
+
+    @torch.no_grad()
+    def predict_word_labels(self, encoding) -> list[list[tuple[str, float]]]:
+        """
+        Word-level predictions (the `token-classification` pipeline cannot read character rows): for a tokenizer
+        output that has `word_ids()`, one `(label, probability)` per word of each sentence, labels from
+        `config.id2label`. Batched pairs are not supported.
+        """
+        inputs = {key: encoding[key].to(self.device) for key in ("input_ids", "attention_mask") if key in encoding}
+        probabilities = self(**inputs).logits.softmax(dim=-1)
+        scores, labels = probabilities.max(dim=-1)
+        sentences = []
+        for row in range(labels.shape[0]):
+            words = [(position, word) for position, word in enumerate(encoding.word_ids(row)) if word is not None]
+            sentences.append([(self.config.id2label[labels[row, position].item()], scores[row, position].item())
+                              for position, _ in words])
+        return sentences
 
 
 __all__ = [
