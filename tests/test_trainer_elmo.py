@@ -21,6 +21,15 @@ pytest.importorskip("accelerate")
 TESTS_DIR = Path(__file__).resolve().parent
 
 
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny models train much faster on one thread: with two, small ops lose most of their time to contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
 @pytest.fixture
 def base_checkpoint(tmp_path) -> Path:
     """An `ElmoModel` folder with its tokenizer: the original test checkpoint converted, or, where ../shared is
