@@ -1,3 +1,36 @@
+from transformers import (
+    AutoConfig,
+    AutoModel,
+    AutoModelForPreTraining,
+    AutoModelForSequenceClassification,
+    AutoModelForTokenClassification,
+    AutoTokenizer,
+)
+
 from .configuration_elmo import ElmoConfig
-from .modeling_elmo import ElmoModel, ElmoModelOutput, ElmoPreTrainedModel
+from .modeling_elmo import (
+    ElmoForPreTraining,
+    ElmoForPreTrainingOutput,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoModelOutput,
+    ElmoPreTrainedModel,
+    ElmoScalarMix,
+)
 from .tokenization_elmo import ElmoTokenizer
+
+# Importing hf_elmo makes the Auto classes resolve model_type "elmo"; register_for_auto_class makes save_pretrained
+# write `auto_map` and copy the code files, so saved folders also load with trust_remote_code=True without hf_elmo.
+AutoConfig.register("elmo", ElmoConfig, exist_ok=True)
+AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
+ElmoConfig.register_for_auto_class("AutoConfig")
+ElmoTokenizer.register_for_auto_class("AutoTokenizer")
+for _auto_class, _model_class in (
+    (AutoModel, ElmoModel),
+    (AutoModelForSequenceClassification, ElmoForSequenceClassification),
+    (AutoModelForTokenClassification, ElmoForTokenClassification),
+    (AutoModelForPreTraining, ElmoForPreTraining),
+):
+    _auto_class.register(ElmoConfig, _model_class, exist_ok=True)
+    _model_class.register_for_auto_class(_auto_class.__name__)

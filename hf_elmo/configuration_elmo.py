@@ -27,6 +27,22 @@ class ElmoConfig(PretrainedConfig):
         proj_clip (`float`, *optional*): projected output clipped likewise (`lstm.proj_clip`).
         use_skip_connections (`bool`): each LSTM layer after the first adds its input to its output
             (`lstm.use_skip_connections`).
+
+    The task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`) also read:
+
+        freeze_bilm (`bool`): keep the biLM's weights fixed; only the layer mix and the head train (the paper's
+            setting).
+        mix_layer_norm (`bool`): normalise each layer over its valid positions before mixing.
+        mix_weights (`list[float]`, *optional*): fixed, non-trainable mixing scalars `s` (one per layer, before the
+            softmax); trainable and starting at zero when absent.
+        mix_l2_coefficient (`float`): the paper's lambda: `lambda * ||s||^2` is added to the loss.
+        mix_dropout (`float`): dropout on the mixed representation.
+        concat_token_representation (`bool`): feed `[x_k ; ELMo_k]`, the context-independent token
+            representation beside the mix, to the task layers.
+        task_lstm_dim (`int`): units per direction of a task BiLSTM over the representation; 0 for none.
+        pooling (`str`): how `ElmoForSequenceClassification` pools the words: `"mean"`, `"max"` or `"mean_max"`.
+        pair_classification (`bool`): `ElmoForSequenceClassification` pools the two sentences marked by
+            `token_type_ids` separately and classifies `[u ; v ; |u - v| ; u * v]`.
     """
 
     model_type = "elmo"
@@ -45,6 +61,15 @@ class ElmoConfig(PretrainedConfig):
         cell_clip=3.0,
         proj_clip=3.0,
         use_skip_connections=True,
+        freeze_bilm=True,
+        mix_layer_norm=False,
+        mix_weights=None,
+        mix_l2_coefficient=0.0,
+        mix_dropout=0.5,
+        concat_token_representation=False,
+        task_lstm_dim=0,
+        pooling="mean",
+        pair_classification=False,
         **kwargs,
     ):
         filters = [list(f) for f in (ORIGINAL_FILTERS if filters is None else filters)]
@@ -62,6 +87,12 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"projection_dim ({projection_dim}) cannot exceed cell_dim ({cell_dim})")
         if n_layers < 1:
             raise ValueError(f"n_layers must be at least 1, got {n_layers}")
+        if mix_weights is not None and len(mix_weights) != n_layers + 1:
+            raise ValueError(f"mix_weights needs one value per layer ({n_layers + 1}), got {mix_weights!r}")
+        if pooling not in ("mean", "max", "mean_max"):
+            raise ValueError(f"pooling must be 'mean', 'max' or 'mean_max', got {pooling!r}")
+        if task_lstm_dim < 0:
+            raise ValueError(f"task_lstm_dim must be 0 (no task BiLSTM) or positive, got {task_lstm_dim}")
         self.char_embedding_dim = char_embedding_dim
         self.filters = filters
         self.n_highway = n_highway
@@ -74,6 +105,15 @@ class ElmoConfig(PretrainedConfig):
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
         self.use_skip_connections = use_skip_connections
+        self.freeze_bilm = freeze_bilm
+        self.mix_layer_norm = mix_layer_norm
+        self.mix_weights = None if mix_weights is None else [float(w) for w in mix_weights]
+        self.mix_l2_coefficient = mix_l2_coefficient
+        self.mix_dropout = mix_dropout
+        self.concat_token_representation = concat_token_representation
+        self.task_lstm_dim = task_lstm_dim
+        self.pooling = pooling
+        self.pair_classification = pair_classification
         super().__init__(**kwargs)
 
     @property

@@ -5,10 +5,13 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 from torch.nn import functional as F
+from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
+from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
+from .tokenization_elmo import BEGIN_OF_SENTENCE_CHAR, END_OF_SENTENCE_CHAR
 
 # TensorFlow's LSTMCell adds this to the forget gate at run time; the original files store the bias without it.
 FORGET_BIAS = 1.0
@@ -16,6 +19,15 @@ FORGET_BIAS = 1.0
 CHAR_TABLE_ROWS = 262
 # Tests set this to False to run `ElmoLstmLayer.forward`, the exact reference loop, even when nothing needs gradients.
 _FAST_RECURRENCE = True
+# What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
+# `trust_remote_code=True` from the code files saved beside the weights.
+AUTO_MAP = {
+    "AutoConfig": "configuration_elmo.ElmoConfig",
+    "AutoModel": "modeling_elmo.ElmoModel",
+    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
+    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+    "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
+}
 
 
 @dataclass
@@ -259,12 +271,88 @@ class ElmoBiLm(nn.Module):
         return outputs.transpose(1, 2)[:, restore], hidden[:, restore], memory[:, restore]
 
 
+class ElmoScalarMix(nn.Module):
+    """
+    The ELMo layer of the paper (eq. 1): `gamma * sum_j softmax(s)_j * h_j` over the `n_layers + 1` layers, then
+    dropout. With `layer_norm`, each layer is first normalised over the valid positions of its own sequence (all
+    positions and features together). With `fixed_weights`, `s` is given and not trained (`gamma` still trains).
+    `penalty()` is `l2_coefficient * ||s||^2`, the paper's lambda term, for the task loss.
+    """
+
+    def __init__(
+        self,
+        num_layers: int,
+        layer_norm: bool = False,
+        fixed_weights: list[float] | None = None,
+        l2_coefficient: float = 0.0,
+        dropout: float = 0.0,
+    ):
+        super().__init__()
+        if fixed_weights is not None and len(fixed_weights) != num_layers:
+            raise ValueError(f"fixed_weights needs {num_layers} values, got {len(fixed_weights)}")
+        self.num_layers = num_layers
+        self.layer_norm = layer_norm
+        self.fixed_weights = fixed_weights
+        self.l2_coefficient = l2_coefficient
+        self.scalar_parameters = nn.Parameter(torch.empty(num_layers), requires_grad=fixed_weights is None)
+        self.gamma = nn.Parameter(torch.empty(1))
+        self.dropout = nn.Dropout(dropout)
+        self.reset_parameters()
+
+    @classmethod
+    def from_config(cls, config: ElmoConfig) -> "ElmoScalarMix":
+        return cls(config.num_hidden_layers, config.mix_layer_norm, config.mix_weights, config.mix_l2_coefficient,
+                   config.mix_dropout)
+
+    @torch.no_grad()
+    def reset_parameters(self):
+        """`s` zero (equal weights) or the fixed values; `gamma` one."""
+        if self.fixed_weights is None:
+            self.scalar_parameters.zero_()
+        else:
+            self.scalar_parameters.copy_(torch.tensor(self.fixed_weights))
+        self.gamma.fill_(1.0)
+
+    def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
+        """`layers`: `num_layers` tensors `(batch, positions, dim)`; `mask` `(batch, positions)` -> `(batch, positions, dim)`."""
+        if len(layers) != self.num_layers:
+            raise ValueError(f"ElmoScalarMix expects {self.num_layers} layers, got {len(layers)}")
+        weights = torch.softmax(self.scalar_parameters, dim=0)
+        valid = mask.unsqueeze(-1).to(layers[0].dtype)
+        mixed = 0.0
+        for weight, layer in zip(weights, layers):
+            if self.layer_norm:
+                layer = self._normalised(layer, valid)
+            mixed = mixed + weight * layer
+        return self.dropout(self.gamma * mixed)
+
+    @staticmethod
+    def _normalised(layer: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+        """Per sequence: zero mean and unit variance over its valid positions and features; zero elsewhere."""
+        count = (valid.sum(dim=(1, 2)) * layer.shape[-1]).clamp(min=1.0)[:, None, None]
+        mean = (layer * valid).sum(dim=(1, 2), keepdim=True) / count
+        variance = (((layer - mean) * valid) ** 2).sum(dim=(1, 2), keepdim=True) / count
+        return (layer - mean) / torch.sqrt(variance + 1e-12) * valid
+
+    def penalty(self) -> torch.Tensor:
+        """The L2 term `l2_coefficient * ||s||^2` (zero for fixed weights)."""
+        if self.fixed_weights is not None or self.l2_coefficient == 0.0:
+            return self.scalar_parameters.new_zeros(())
+        return self.l2_coefficient * (self.scalar_parameters**2).sum()
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
     _no_split_modules = ["ElmoLstmLayer"]
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`."""
+        if self.is_remote_code():
+            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **AUTO_MAP}
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -289,6 +377,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=(1.0 / module.in_features) ** 0.5)
             nn.init.zeros_(module.bias)
+        elif isinstance(module, (ElmoScalarMix, nn.LSTM)):
+            module.reset_parameters()
 
 
 class ElmoModel(ElmoPreTrainedModel):
@@ -391,6 +481,27 @@ class ElmoModel(ElmoPreTrainedModel):
         lstm_layers = (torch.cat([f, b], dim=-1) for f, b in zip(forward_outputs, backward_outputs))
         return (torch.cat([tokens, tokens], dim=-1), *lstm_layers)
 
+    def sentence_embedding(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        layer_weights: list[float] | torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """
+        One vector per sentence, like TF-Hub ELMo's "default" output: the mean over each row's words (not `<S>`,
+        `</S>` or padding) of `sum_j w_j h_j`, with `layer_weights` `w` (one per layer, used as given) defaulting to
+        the plain average of the `n_layers + 1` layers. Returns `(batch, 2 * projection_dim)`.
+        """
+        layers = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
+        layers = layers.hidden_states
+        weights = torch.full((len(layers),), 1.0 / len(layers)) if layer_weights is None else layer_weights
+        weights = torch.as_tensor(weights, dtype=layers[0].dtype, device=layers[0].device)
+        if weights.shape != (len(layers),):
+            raise ValueError(f"layer_weights needs {len(layers)} values, got shape {tuple(weights.shape)}")
+        mixed = sum(weight * layer for weight, layer in zip(weights, layers))
+        mask = self._validated_mask(input_ids, attention_mask)
+        return masked_pool(mixed, word_positions(input_ids, mask), "mean")
+
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The boolean `(batch, positions)` mask, checked to be right-padded."""
         if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.max_characters_per_token:
@@ -427,7 +538,226 @@ class ElmoModel(ElmoPreTrainedModel):
         return hidden.to(dtype), memory.to(dtype)
 
 
-__all__ = ["ElmoModel", "ElmoPreTrainedModel", "ElmoModelOutput"]
+def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
+    """`(batch, positions)` bool: valid positions that hold a word, not `<S>`, `</S>` or padding."""
+    # Only boundary rows hold the sentence markers (bytes are 0-255); ids are shifted by one.
+    marker = input_ids[..., 1]
+    boundary = (marker == BEGIN_OF_SENTENCE_CHAR + 1) | (marker == END_OF_SENTENCE_CHAR + 1)
+    return mask & ~boundary
+
+
+class ElmoTaskEncoder(nn.Module):
+    """
+    The task-specific part shared by the heads: the ELMo mix of the biLM layers, optionally beside the
+    context-independent token representation (`[x_k ; ELMo_k]`), optionally read by a task BiLSTM.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__()
+        self.mix = ElmoScalarMix.from_config(config)
+        self.concat_token_representation = config.concat_token_representation
+        self.projection_dim = config.projection_dim
+        width = config.hidden_size + (config.projection_dim if config.concat_token_representation else 0)
+        self.lstm = (
+            nn.LSTM(width, config.task_lstm_dim, batch_first=True, bidirectional=True)
+            if config.task_lstm_dim > 0
+            else None
+        )
+        self.output_dim = 2 * config.task_lstm_dim if self.lstm is not None else width
+
+    def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
+        """`layers` the biLM's `n_layers + 1` outputs, `mask` `(batch, positions)` -> `(batch, positions, output_dim)`."""
+        features = self.mix(layers, mask)
+        if self.concat_token_representation:
+            # Layer 0 is [x ; x]: its first half is the context-independent representation.
+            features = torch.cat([layers[0][..., : self.projection_dim], features], dim=-1)
+        if self.lstm is not None:
+            lengths = mask.sum(dim=1).clamp(min=1).cpu()
+            packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
+            output, _ = self.lstm(packed)
+            features, _ = pad_packed_sequence(output, batch_first=True, total_length=mask.shape[1])
+            features = features * mask.unsqueeze(-1).to(features.dtype)
+        return features
+
+
+def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
+    """Pools `features` `(batch, positions, dim)` over `positions` (bool); rows without any give zeros."""
+    valid = positions.unsqueeze(-1)
+    pooled = []
+    if pooling in ("mean", "mean_max"):
+        count = valid.sum(dim=1).clamp(min=1).to(features.dtype)
+        pooled.append((features * valid.to(features.dtype)).sum(dim=1) / count)
+    if pooling in ("max", "mean_max"):
+        lowest = torch.finfo(features.dtype).min
+        maximum = features.masked_fill(~valid, lowest).amax(dim=1)
+        pooled.append(torch.where(valid.any(dim=1), maximum, 0.0))
+    return torch.cat(pooled, dim=-1)
+
+
+class ElmoHeadModel(ElmoPreTrainedModel):
+    """The biLM plus the task encoder; with `config.freeze_bilm` the biLM's parameters do not train."""
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        self.num_labels = config.num_labels
+        self.elmo = ElmoModel(config)
+        self.task_encoder = ElmoTaskEncoder(config)
+
+    def post_init(self):
+        super().post_init()
+        self.apply_trainability()
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        loaded = super().from_pretrained(*args, **kwargs)
+        # Loading replaces the parameters with new ones that all require grad.
+        (loaded[0] if isinstance(loaded, tuple) else loaded).apply_trainability()
+        return loaded
+
+    def apply_trainability(self):
+        """Sets `requires_grad` from the config: the biLM trains unless `freeze_bilm`; fixed `mix_weights` never do."""
+        self.elmo.requires_grad_(not self.config.freeze_bilm)
+        self.task_encoder.mix.scalar_parameters.requires_grad_(self.config.mix_weights is None)
+
+    def _encode(self, input_ids, attention_mask, output_hidden_states):
+        """The task features `(batch, positions, dim)`, the valid mask, and the biLM output."""
+        if attention_mask is None:
+            attention_mask = (input_ids > 0).any(dim=-1)
+        elmo_output = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True,
+                                return_dict=True)
+        mask = attention_mask.bool()
+        features = self.task_encoder(elmo_output.hidden_states, mask)
+        hidden_states = elmo_output.hidden_states if output_hidden_states else None
+        return features, mask, hidden_states
+
+
+class ElmoForSequenceClassification(ElmoHeadModel):
+    r"""
+    ELMo with a sentence (or sentence pair) classifier: ELMo mix -> dropout -> optional task BiLSTM -> pooling over
+    the words (`config.pooling`) -> linear. With `config.pair_classification`, the sentences marked by
+    `token_type_ids` are pooled separately to `u`, `v` and `[u ; v ; |u - v| ; u * v]` is classified.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        pooled_dim = self.task_encoder.output_dim * (2 if config.pooling == "mean_max" else 1)
+        self.classifier = nn.Linear(pooled_dim * (4 if config.pair_classification else 1), config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.Tensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> SequenceClassifierOutput | tuple:
+        r"""
+        Args:
+            input_ids, attention_mask: as for [`ElmoModel`].
+            token_type_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): 0 for the first sentence,
+                1 for the second; needed with `config.pair_classification`.
+            labels (`torch.Tensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*): class indices, or
+                targets for regression / multi-label classification, following `config.problem_type`.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        features, mask, hidden_states = self._encode(input_ids, attention_mask, output_hidden_states)
+        words = word_positions(input_ids, mask)
+        if self.config.pair_classification:
+            if token_type_ids is None:
+                raise ValueError("config.pair_classification needs token_type_ids marking the second sentence")
+            second = token_type_ids.bool()
+            u = masked_pool(features, words & ~second, self.config.pooling)
+            v = masked_pool(features, words & second, self.config.pooling)
+            pooled = torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
+        else:
+            pooled = masked_pool(features, words, self.config.pooling)
+        logits = self.classifier(pooled)
+
+        loss = None
+        if labels is not None:
+            loss = self._classification_loss(logits, labels) + self.task_encoder.mix.penalty()
+        output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        return output if return_dict else output.to_tuple()
+
+    def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        """The loss of `config.problem_type`, inferred from `num_labels` and the labels' dtype when unset."""
+        if self.config.problem_type is None:
+            if self.num_labels == 1:
+                self.config.problem_type = "regression"
+            elif labels.dtype in (torch.long, torch.int):
+                self.config.problem_type = "single_label_classification"
+            else:
+                self.config.problem_type = "multi_label_classification"
+        if self.config.problem_type == "regression":
+            if self.num_labels == 1:
+                return F.mse_loss(logits.squeeze(-1), labels.squeeze(-1).to(logits.dtype))
+            return F.mse_loss(logits, labels.to(logits.dtype))
+        if self.config.problem_type == "single_label_classification":
+            return F.cross_entropy(logits.view(-1, self.num_labels), labels.view(-1))
+        if self.config.problem_type == "multi_label_classification":
+            return F.binary_cross_entropy_with_logits(logits, labels.to(logits.dtype))
+        raise ValueError(f"unknown problem_type {self.config.problem_type!r}")
+
+
+class ElmoForTokenClassification(ElmoHeadModel):
+    r"""
+    ELMo with a per-word classifier: ELMo mix -> dropout -> optional task BiLSTM -> linear. `logits` has one row per
+    position of `input_ids`; the loss never counts `<S>`, `</S>` or padding, nor positions labelled -100.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        self.classifier = nn.Linear(self.task_encoder.output_dim, config.num_labels)
+        self.post_init()
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        labels: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+    ) -> TokenClassifierOutput | tuple:
+        r"""
+        Args:
+            input_ids, attention_mask: as for [`ElmoModel`]; `token_type_ids` is accepted and unused.
+            labels (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the class of each position; -100
+                (and any label at a boundary or padded position) is ignored.
+        """
+        return_dict = return_dict if return_dict is not None else self.config.return_dict
+        features, mask, hidden_states = self._encode(input_ids, attention_mask, output_hidden_states)
+        logits = self.classifier(features)
+
+        loss = None
+        if labels is not None:
+            if labels.shape != mask.shape:
+                raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, positions), got "
+                                 f"{tuple(labels.shape)}")
+            labels = labels.masked_fill(~word_positions(input_ids, mask), -100)
+            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
+            loss = loss + self.task_encoder.mix.penalty()
+        output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
+        return output if return_dict else output.to_tuple()
+
+    @torch.no_grad()
+    def predict_word_labels(self, encoding) -> list[list[tuple[str, float]]]:
+        """
+        Word-level predictions (the `token-classification` pipeline cannot read character rows): for a tokenizer
+        output that has `word_ids()`, one `(label, probability)` per word of each sentence, labels from
+        `config.id2label`. Batched pairs are not supported.
+        """
+        inputs = {key: encoding[key].to(self.device) for key in ("input_ids", "attention_mask") if key in encoding}
+        probabilities = self(**inputs).logits.softmax(dim=-1)
+        scores, labels = probabilities.max(dim=-1)
+        sentences = []
+        for row in range(labels.shape[0]):
+            words = [(position, word) for position, word in enumerate(encoding.word_ids(row)) if word is not None]
+            sentences.append([(self.config.id2label[labels[row, position].item()], scores[row, position].item())
+                              for position, _ in words])
+        return sentences
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -573,4 +903,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         return forward_logits.float().log_softmax(-1), backward_logits.float().log_softmax(-1)
 
 
-__all__ += ["ElmoForPreTraining", "ElmoForPreTrainingOutput"]
+__all__ = [
+    "ElmoModel",
+    "ElmoPreTrainedModel",
+    "ElmoModelOutput",
+    "ElmoScalarMix",
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
+]

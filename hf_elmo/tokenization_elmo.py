@@ -125,6 +125,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     def added_tokens_decoder(self) -> dict:
         return {}
 
+    def convert_tokens_to_ids(self, tokens: str | list[str]) -> None | list[None]:
+        """There are no token ids (a word is a row of character ids): every token maps to `None`."""
+        return None if isinstance(tokens, str) else [None] * len(tokens)
+
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         """Writes the word vocabulary (if any) as a `tokenizers` JSON; the character alphabet needs no file."""
         if self.word_tokenizer is None:

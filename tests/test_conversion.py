@@ -38,8 +38,8 @@ def run_script(name, *args):
 
 def test_converted_folder_loads_and_matches(fixture_dir, fixture_model, tmp_path):
     output = convert(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", tmp_path / "elmo")
-    assert sorted(p.name for p in output.iterdir()) >= ["README.md", "config.json", "model.safetensors",
-                                                        "tokenizer_config.json"]
+    assert {p.name for p in output.iterdir()} >= {"README.md", "config.json", "model.safetensors",
+                                                  "tokenizer_config.json", "modeling_elmo.py"}
     model = ElmoModel.from_pretrained(output).eval()
     tokenizer = ElmoTokenizer.from_pretrained(output)
     batch = tokenizer(["The cat sat .", "A dog"], padding=True, return_tensors="pt")

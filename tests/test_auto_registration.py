@@ -1,0 +1,125 @@
+"""Auto classes: `import hf_elmo` registers ELMo; saved folders carry `auto_map` and the code for remote loading."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoTokenizer
+
+from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+
+from conftest import tiny_config, write_original_checkpoint
+
+SENTENCES = [["The", "cat", "sat", "."], ["Dogs", "bark", "loudly", "at", "night", "!"]]
+
+# Runs in a fresh interpreter where any import of hf_elmo fails, as on a machine without the package. Loads each
+# (folder, Auto class name) with that Auto class and AutoTokenizer, and saves what it computed.
+REMOTE_LOAD_SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    class BlockHfElmo:
+        def find_spec(self, name, path=None, target=None):
+            if name == "hf_elmo" or name.startswith("hf_elmo."):
+                raise ImportError(name + " is blocked in this test")
+            return None
+
+    sys.meta_path.insert(0, BlockHfElmo())
+    import json
+    import torch
+    import transformers
+
+    jobs, sentences, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+    results = {}
+    for folder, auto_name in jobs:
+        model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            output = model(**batch)
+        results[folder] = {"model_class": type(model).__module__ + "." + type(model).__name__,
+                           "tokenizer_class": type(tokenizer).__module__ + "." + type(tokenizer).__name__,
+                           "input_ids": batch["input_ids"], "output": output[0]}
+    assert not any(name.startswith("hf_elmo") for name in sys.modules), "hf_elmo was imported"
+    torch.save(results, out)
+    """
+)
+
+
+def tiny_head(cls):
+    torch.manual_seed(0)
+    return cls(tiny_config(num_labels=3, task_lstm_dim=4)).eval()
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory):
+    """Saved folders of every kind, and what the subprocess without hf_elmo computed from each (one interpreter)."""
+    from hf_elmo.conversion import convert, load_original
+
+    root = tmp_path_factory.mktemp("remote")
+    tokenizer = ElmoTokenizer(max_characters_per_token=20)
+    torch.manual_seed(0)
+    models = {"base": ElmoModel(tiny_config()).eval(), "sequence": tiny_head(ElmoForSequenceClassification),
+              "token": tiny_head(ElmoForTokenClassification)}
+    for name, model in models.items():
+        model.save_pretrained(root / name)
+        tokenizer.save_pretrained(root / name)
+    options, weights = write_original_checkpoint(root / "original", tiny_config(), seed=3)
+    convert(options, weights, root / "converted")
+    models["converted"] = load_original(options, weights)
+
+    jobs = [[str(root / "base"), "AutoModel"], [str(root / "converted"), "AutoModel"],
+            [str(root / "sequence"), "AutoModelForSequenceClassification"],
+            [str(root / "token"), "AutoModelForTokenClassification"]]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(root / "modules_cache")}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_LOAD_SCRIPT, json.dumps(jobs), json.dumps(SENTENCES), str(root / "out.pt")],
+        env=env, capture_output=True, text=True, timeout=300, cwd=root,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    outputs = torch.load(root / "out.pt")
+    return {name: (root / name, models[name], outputs[str(root / name)]) for name in models}
+
+
+def test_import_registers_the_auto_classes(tmp_path, tiny_model, tiny_tokenizer):
+    tiny_model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    assert isinstance(AutoConfig.for_model("elmo"), ElmoConfig)
+    assert type(AutoModel.from_pretrained(tmp_path)) is ElmoModel
+    assert type(AutoTokenizer.from_pretrained(tmp_path)) is ElmoTokenizer
+    assert type(AutoModelForPreTraining.from_config(tiny_config(word_vocab_size=5))) is ElmoForPreTraining
+
+
+@pytest.mark.parametrize("name", ["base", "converted", "sequence", "token"])
+def test_saved_folders_carry_auto_map_and_code(remote, name):
+    folder = remote[name][0]
+    auto_map = json.loads((folder / "config.json").read_text())["auto_map"]
+    assert auto_map == {
+        "AutoConfig": "configuration_elmo.ElmoConfig",
+        "AutoModel": "modeling_elmo.ElmoModel",
+        "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
+        "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+        "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
+    }
+    tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
+    assert tokenizer_config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
+    for file in ("configuration_elmo.py", "modeling_elmo.py", "tokenization_elmo.py"):
+        assert (folder / file).is_file(), file
+
+
+@pytest.mark.parametrize("name,class_name", [("base", "ElmoModel"), ("converted", "ElmoModel"),
+                                             ("sequence", "ElmoForSequenceClassification"),
+                                             ("token", "ElmoForTokenClassification")])
+def test_remote_code_without_hf_elmo_gives_identical_outputs(remote, tiny_tokenizer, name, class_name):
+    _, model, loaded = remote[name]
+    assert loaded["model_class"].startswith("transformers_modules.") and loaded["model_class"].endswith(class_name)
+    assert loaded["tokenizer_class"].startswith("transformers_modules.")
+    batch = tiny_tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+    assert torch.equal(loaded["input_ids"], batch["input_ids"])
+    with torch.no_grad():
+        assert torch.equal(loaded["output"], model(**batch)[0])

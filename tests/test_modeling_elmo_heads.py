@@ -1,0 +1,221 @@
+"""The ELMo layer (ElmoScalarMix) and the task heads: conventions of transformers, masking, freezing, loading."""
+
+import pytest
+import torch
+from torch.nn import functional as F
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+
+from hf_elmo import (
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoScalarMix,
+    ElmoTokenizer,
+)
+
+from conftest import tiny_config
+
+SENTENCES = [["A", "short", "one", "."], ["The", "second", "sentence", "is", "a", "bit", "longer", "."]]
+
+
+def encode(tokenizer, sentences, **kwargs):
+    return tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt", **kwargs)
+
+
+def make_head(cls, **overrides):
+    torch.manual_seed(0)
+    overrides.setdefault("num_labels", 3)
+    return cls(tiny_config(**overrides)).eval()
+
+
+# -- ElmoScalarMix -----------------------------------------------------------------------------------------------------
+
+
+def test_scalar_mix_is_gamma_times_softmax_weighted_sum():
+    torch.manual_seed(0)
+    layers = tuple(torch.randn(2, 5, 6) for _ in range(3))
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mix = ElmoScalarMix(3)
+    with torch.no_grad():
+        mix.scalar_parameters.copy_(torch.tensor([0.5, -1.0, 2.0]))
+        mix.gamma.fill_(1.7)
+    weights = torch.softmax(torch.tensor([0.5, -1.0, 2.0]), dim=0)
+    expected = 1.7 * sum(w * h for w, h in zip(weights, layers))
+    torch.testing.assert_close(mix(layers, mask), expected)
+
+
+def test_scalar_mix_layer_norm_uses_valid_positions_only():
+    torch.manual_seed(0)
+    layers = tuple(torch.randn(2, 6, 4) for _ in range(2))
+    mask = torch.tensor([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], dtype=torch.bool)
+    mix = ElmoScalarMix(2, layer_norm=True, fixed_weights=[0.0, -1e4])  # all weight on layer 0
+    out = mix(layers, mask)
+    valid = out[0, :4]
+    torch.testing.assert_close(valid.mean(), torch.tensor(0.0), atol=1e-6, rtol=0)
+    torch.testing.assert_close(valid.var(unbiased=False), torch.tensor(1.0), atol=1e-5, rtol=0)
+    assert torch.all(out[0, 4:] == 0)
+    changed = tuple(layer.clone() for layer in layers)
+    for layer in changed:
+        layer[0, 4:] = 1000.0  # padding must not influence the statistics
+    torch.testing.assert_close(mix(changed, mask)[0, :4], valid)
+
+
+def test_scalar_mix_fixed_weights_do_not_train_and_penalty_is_l2():
+    fixed = ElmoScalarMix(3, fixed_weights=[1.0, 2.0, 3.0], l2_coefficient=0.5)
+    assert not fixed.scalar_parameters.requires_grad and fixed.gamma.requires_grad
+    assert fixed.penalty().item() == 0.0
+    trainable = ElmoScalarMix(3, l2_coefficient=0.5)
+    with torch.no_grad():
+        trainable.scalar_parameters.copy_(torch.tensor([1.0, -2.0, 0.5]))
+    torch.testing.assert_close(trainable.penalty(), torch.tensor(0.5 * (1 + 4 + 0.25)))
+    with pytest.raises(ValueError, match="fixed_weights"):
+        ElmoScalarMix(3, fixed_weights=[1.0])
+
+
+# -- heads ---------------------------------------------------------------------------------------------------------------
+
+
+def test_freeze_bilm_default_trains_only_mix_and_head(tiny_tokenizer):
+    model = make_head(ElmoForSequenceClassification).train()
+    trainable = {name for name, p in model.named_parameters() if p.requires_grad}
+    assert trainable and not any(name.startswith("elmo.") for name in trainable)
+    assert "task_encoder.mix.scalar_parameters" in trainable and "classifier.weight" in trainable
+    model(**encode(tiny_tokenizer, SENTENCES), labels=torch.tensor([0, 2])).loss.backward()
+    assert all(p.grad is None for p in model.elmo.parameters())
+    assert model.task_encoder.mix.scalar_parameters.grad is not None
+
+    unfrozen = make_head(ElmoForSequenceClassification, freeze_bilm=False)
+    assert all(p.requires_grad for p in unfrozen.parameters())
+
+
+@pytest.mark.parametrize("options", [
+    dict(pooling="mean"),
+    dict(pooling="max", task_lstm_dim=5),
+    dict(pooling="mean_max", concat_token_representation=True, mix_layer_norm=True),
+])
+def test_sequence_logits_do_not_depend_on_padding(tiny_tokenizer, options):
+    model = make_head(ElmoForSequenceClassification, **options)
+    with torch.no_grad():
+        together = model(**encode(tiny_tokenizer, SENTENCES)).logits
+        alone = model(**encode(tiny_tokenizer, SENTENCES[:1])).logits
+    torch.testing.assert_close(together[:1], alone, atol=1e-6, rtol=1e-5)
+    assert together.shape == (2, 3)
+
+
+def test_sequence_problem_types_follow_transformers(tiny_tokenizer):
+    batch = encode(tiny_tokenizer, SENTENCES)
+    single = make_head(ElmoForSequenceClassification)
+    labels = torch.tensor([2, 0])
+    out = single(**batch, labels=labels)
+    assert single.config.problem_type == "single_label_classification"
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits, labels))
+
+    multi = make_head(ElmoForSequenceClassification)
+    targets = torch.tensor([[1.0, 0.0, 1.0], [0.0, 0.0, 1.0]])
+    out = multi(**batch, labels=targets)
+    assert multi.config.problem_type == "multi_label_classification"
+    torch.testing.assert_close(out.loss, F.binary_cross_entropy_with_logits(out.logits, targets))
+
+    regression = make_head(ElmoForSequenceClassification, num_labels=1)
+    values = torch.tensor([0.3, -1.2])
+    out = regression(**batch, labels=values)
+    assert regression.config.problem_type == "regression" and out.logits.shape == (2, 1)
+    torch.testing.assert_close(out.loss, F.mse_loss(out.logits.squeeze(-1), values))
+
+
+def test_l2_penalty_is_added_to_the_loss(tiny_tokenizer):
+    batch = encode(tiny_tokenizer, SENTENCES)
+    labels = torch.tensor([1, 0])
+    plain = make_head(ElmoForSequenceClassification)
+    penalised = make_head(ElmoForSequenceClassification, mix_l2_coefficient=0.1)
+    s = torch.tensor([0.5, -0.5, 1.0])
+    for model in (plain, penalised):
+        with torch.no_grad():
+            model.task_encoder.mix.scalar_parameters.copy_(s)
+    difference = penalised(**batch, labels=labels).loss - plain(**batch, labels=labels).loss
+    torch.testing.assert_close(difference, 0.1 * (s**2).sum())
+
+
+def test_sentence_pairs_pool_each_sentence(tiny_tokenizer):
+    model = make_head(ElmoForSequenceClassification, pair_classification=True, pooling="mean_max")
+    premises = [["A", "man", "sleeps", "."], ["Cats", "purr", "."]]
+    batch = tiny_tokenizer(premises, [["Someone", "rests", "."], ["Dogs", "bark", "."]], is_split_into_words=True,
+                           padding=True, return_tensors="pt")
+    other = tiny_tokenizer(premises, [["Someone", "runs", "."], ["Dogs", "bark", "."]], is_split_into_words=True,
+                           padding=True, return_tensors="pt")
+    assert model.classifier.in_features == 4 * 2 * 16
+    with torch.no_grad():
+        logits, changed = model(**batch).logits, model(**other).logits
+    assert not torch.allclose(logits[0], changed[0])
+    torch.testing.assert_close(logits[1], changed[1])
+    batch.pop("token_type_ids")
+    with pytest.raises(ValueError, match="token_type_ids"):
+        model(**batch)
+
+
+def test_token_head_aligns_with_positions_and_ignores_boundaries(tiny_tokenizer):
+    model = make_head(ElmoForTokenClassification, task_lstm_dim=4)
+    batch = encode(tiny_tokenizer, SENTENCES)
+    positions = batch["input_ids"].shape[1]
+    torch.manual_seed(1)
+    labels = torch.randint(0, 3, (2, positions))
+    word_labels = labels.clone()
+    for i in range(2):
+        for position, word in enumerate(batch.word_ids(i)):
+            if word is None:
+                word_labels[i, position] = -100
+    word_labels[1, 3] = -100
+    labels[1, 3] = -100
+    with torch.no_grad():
+        out = model(**batch, labels=labels)
+        reference = model(**batch, labels=word_labels)
+    assert out.logits.shape == (2, positions, 3)
+    torch.testing.assert_close(out.loss, reference.loss)
+    valid = word_labels != -100
+    torch.testing.assert_close(out.loss, F.cross_entropy(out.logits[valid], word_labels[valid]))
+    with torch.no_grad():
+        alone = model(**encode(tiny_tokenizer, SENTENCES[:1])).logits
+    torch.testing.assert_close(out.logits[0, : alone.shape[1]], alone[0], atol=1e-6, rtol=1e-5)
+
+
+@pytest.mark.parametrize("cls,auto", [(ElmoForSequenceClassification, AutoModelForSequenceClassification),
+                                      (ElmoForTokenClassification, AutoModelForTokenClassification)])
+def test_head_loads_bilm_from_base_checkpoint(tmp_path, tiny_model, cls, auto):
+    tiny_model.save_pretrained(tmp_path)
+    model = cls.from_pretrained(tmp_path, num_labels=4, freeze_bilm=False)
+    assert model.config.num_labels == 4 and model.classifier.out_features == 4
+    base = tiny_model.state_dict()
+    for name, value in model.elmo.state_dict().items():
+        assert torch.equal(value, base[name]), name
+    assert all(p.requires_grad for p in model.parameters())
+    assert torch.all(model.task_encoder.mix.scalar_parameters == 0) and model.task_encoder.mix.gamma.item() == 1.0
+    assert torch.isfinite(model.classifier.weight).all() and model.classifier.weight.abs().sum() > 0
+    frozen = auto.from_pretrained(tmp_path, num_labels=2)
+    assert type(frozen) is cls
+    assert not any(p.requires_grad for p in frozen.elmo.parameters())
+
+
+@pytest.mark.parametrize("cls", [ElmoForSequenceClassification, ElmoForTokenClassification])
+def test_fine_tuned_head_reloads_to_identical_predictions(tmp_path, tiny_tokenizer, cls):
+    model = make_head(cls, task_lstm_dim=3, mix_weights=[0.0, 1.0, -1.0], freeze_bilm=False,
+                      id2label={0: "A", 1: "B", 2: "C"}, label2id={"A": 0, "B": 1, "C": 2})
+    with torch.no_grad():
+        for parameter in model.parameters():
+            if parameter.requires_grad:
+                parameter.add_(0.01 * torch.randn_like(parameter))
+    batch = encode(tiny_tokenizer, SENTENCES)
+    with torch.no_grad():
+        expected = model(**batch).logits
+    model.save_pretrained(tmp_path)
+    reloaded = cls.from_pretrained(tmp_path).eval()
+    assert reloaded.config.id2label == {0: "A", 1: "B", 2: "C"}
+    assert not reloaded.task_encoder.mix.scalar_parameters.requires_grad
+    with torch.no_grad():
+        assert torch.equal(reloaded(**batch).logits, expected)
+
+
+def test_bad_config_values_are_rejected():
+    with pytest.raises(ValueError, match="pooling"):
+        tiny_config(pooling="sum")
+    with pytest.raises(ValueError, match="mix_weights"):
+        tiny_config(mix_weights=[1.0])

@@ -1,0 +1,72 @@
+"""Sentence embeddings, transformers pipelines on saved folders, and word-level predictions of the token head."""
+
+import pytest
+import torch
+from transformers import pipeline
+
+from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
+
+from conftest import tiny_config
+
+LABELS = {"id2label": {0: "neg", 1: "pos"}, "label2id": {"neg": 0, "pos": 1}}
+
+
+def test_sentence_embedding_is_masked_mean_of_the_layer_mix(tiny_model, tiny_tokenizer):
+    sentences = [["A", "cat", "."], ["Two", "dogs", "bark", "loudly", "."]]
+    batch = tiny_tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    weights = [0.2, 0.3, 0.5]
+    with torch.no_grad():
+        embedded = tiny_model.sentence_embedding(**batch, layer_weights=weights)
+        default = tiny_model.sentence_embedding(**batch)
+        layers = tiny_model(**batch, output_hidden_states=True).hidden_states
+    assert embedded.shape == (2, tiny_model.config.hidden_size)
+    for i, words in enumerate(sentences):
+        span = slice(1, 1 + len(words))  # the words, without <S> and </S>
+        mix = sum(w * layer[i, span] for w, layer in zip(weights, layers))
+        torch.testing.assert_close(embedded[i], mix.mean(dim=0))
+        torch.testing.assert_close(default[i], sum(layer[i, span] for layer in layers).mean(dim=0) / 3)
+    with torch.no_grad():
+        alone = tiny_model.sentence_embedding(**tiny_tokenizer(sentences[:1], is_split_into_words=True,
+                                                                return_tensors="pt"), layer_weights=weights)
+    torch.testing.assert_close(alone[0], embedded[0], atol=1e-6, rtol=1e-5)
+    with pytest.raises(ValueError, match="layer_weights"):
+        tiny_model.sentence_embedding(**batch, layer_weights=[1.0])
+
+
+def test_feature_extraction_pipeline_on_saved_folder(tmp_path, tiny_model, tiny_tokenizer):
+    tiny_model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    extractor = pipeline("feature-extraction", model=str(tmp_path), tokenizer=str(tmp_path))
+    features = torch.tensor(extractor("The cat sat ."))
+    with torch.no_grad():
+        expected = tiny_model(**tiny_tokenizer("The cat sat .", return_tensors="pt")).last_hidden_state
+    torch.testing.assert_close(features, expected)
+
+
+def test_text_classification_pipeline_uses_id2label(tmp_path, tiny_tokenizer):
+    torch.manual_seed(0)
+    model = ElmoForSequenceClassification(tiny_config(num_labels=2, **LABELS)).eval()
+    model.save_pretrained(tmp_path)
+    tiny_tokenizer.save_pretrained(tmp_path)
+    classifier = pipeline("text-classification", model=str(tmp_path), tokenizer=str(tmp_path))
+    texts = ["The cat sat .", "Dogs bark loudly at night"]
+    results = classifier(texts)
+    with torch.no_grad():
+        probabilities = model(**tiny_tokenizer(texts, padding=True, return_tensors="pt")).logits.softmax(-1)
+    for result, row in zip(results, probabilities):
+        assert result["label"] == LABELS["id2label"][row.argmax().item()]
+        assert result["score"] == pytest.approx(row.max().item(), abs=1e-6)
+
+
+def test_word_level_predictions_of_the_token_head(tiny_tokenizer):
+    torch.manual_seed(0)
+    model = ElmoForTokenClassification(tiny_config(num_labels=2, **LABELS)).eval()
+    sentences = [["Rome", "is", "big"], ["Oslo"]]
+    encoding = tiny_tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    predictions = model.predict_word_labels(encoding)
+    assert [len(p) for p in predictions] == [3, 1]
+    with torch.no_grad():
+        probabilities = model(**encoding).logits.softmax(-1)
+    label, score = predictions[0][2]  # "big", position 3 after <S>
+    assert label == LABELS["id2label"][probabilities[0, 3].argmax().item()]
+    assert score == pytest.approx(probabilities[0, 3].max().item())

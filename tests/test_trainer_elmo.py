@@ -1,0 +1,139 @@
+"""The stock Trainer and data collators train both heads: CPU, mixed precision on GPU, and DDP with torchrun."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
+
+from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from hf_elmo.conversion import load_original
+
+from conftest import FIXTURE_DIR, tiny_config
+from trainer_data import ENTITY_LABELS, entity_dataset, sentence_dataset
+
+pytest.importorskip("accelerate")
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+@pytest.fixture(autouse=True)
+def single_thread():
+    """Tiny models train much faster on one thread: with two, small ops lose most of their time to contention."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.fixture
+def base_checkpoint(tmp_path) -> Path:
+    """An `ElmoModel` folder with its tokenizer: the original test checkpoint converted, or, where ../shared is
+    absent, a random tiny model (the same code paths, so the tests still run)."""
+    folder = tmp_path / "base"
+    if (FIXTURE_DIR / "lm_weights.hdf5").is_file():
+        model = load_original(FIXTURE_DIR / "options.json", FIXTURE_DIR / "lm_weights.hdf5")
+    else:
+        torch.manual_seed(0)
+        model = ElmoModel(tiny_config())
+    model.save_pretrained(folder)
+    ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token).save_pretrained(folder)
+    return folder
+
+
+def training_args(output_dir, **overrides) -> TrainingArguments:
+    options = dict(output_dir=str(output_dir), per_device_train_batch_size=8, num_train_epochs=8,
+                   learning_rate=0.1, lr_scheduler_type="constant", report_to="none", save_strategy="no", seed=0, disable_tqdm=True,
+                   use_cpu=not torch.cuda.is_available())
+    options.update(overrides)
+    return TrainingArguments(**options)
+
+
+def train_sequence_head(base_checkpoint, tmp_path, **overrides):
+    tokenizer = ElmoTokenizer.from_pretrained(base_checkpoint)
+    torch.manual_seed(0)  # the head's initialisation
+    model = ElmoForSequenceClassification.from_pretrained(base_checkpoint, num_labels=2, task_lstm_dim=8,
+                                                          mix_dropout=0.1)
+    trainer = Trainer(model=model, args=training_args(tmp_path / "run", **overrides), processing_class=tokenizer,
+                      train_dataset=sentence_dataset(tokenizer, 64, seed=0),
+                      eval_dataset=sentence_dataset(tokenizer, 32, seed=1))
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    return trainer, before, trainer.evaluate()["eval_loss"]
+
+
+def train_token_head(base_checkpoint, tmp_path, **overrides):
+    tokenizer = ElmoTokenizer.from_pretrained(base_checkpoint)
+    torch.manual_seed(0)  # the head's initialisation
+    model = ElmoForTokenClassification.from_pretrained(
+        base_checkpoint, num_labels=2, mix_dropout=0.1, id2label=dict(enumerate(ENTITY_LABELS)),
+        label2id={label: i for i, label in enumerate(ENTITY_LABELS)})
+    trainer = Trainer(model=model, args=training_args(tmp_path / "run", **overrides),
+                      data_collator=DataCollatorForTokenClassification(tokenizer),
+                      train_dataset=entity_dataset(tokenizer, 64, seed=0),
+                      eval_dataset=entity_dataset(tokenizer, 32, seed=1))
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    return trainer, before, trainer.evaluate()["eval_loss"]
+
+
+def test_trainer_trains_sequence_head(base_checkpoint, tmp_path):
+    trainer, before, after = train_sequence_head(base_checkpoint, tmp_path)
+    assert after < 0.8 * before, (before, after)
+    # The frozen biLM is untouched by training.
+    base = ElmoForSequenceClassification.from_pretrained(base_checkpoint, num_labels=2).elmo.state_dict()
+    for name, value in trainer.model.elmo.state_dict().items():
+        assert torch.equal(value.cpu(), base[name]), name
+
+
+def test_trainer_trains_token_head(base_checkpoint, tmp_path):
+    trainer, before, after = train_token_head(base_checkpoint, tmp_path)
+    assert after < 0.8 * before, (before, after)
+    # Predictions align 1:1 with positions, and the labels (aligned through word_ids) mark only the words.
+    prediction = trainer.predict(trainer.eval_dataset)
+    assert prediction.predictions.shape[:2] == prediction.label_ids.shape
+    for features, labels in zip(trainer.eval_dataset, prediction.label_ids):
+        positions = len(features["input_ids"])
+        assert labels[0] == -100 and (labels[1 : positions - 1] != -100).all()
+        assert (labels[positions - 1 :] == -100).all()
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="mixed-precision training needs CUDA")
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_training_on_gpu(base_checkpoint, tmp_path, precision):
+    if precision == "bf16" and not torch.cuda.is_bf16_supported():
+        pytest.skip("this GPU has no bf16")
+    overrides = {precision: True, "use_cpu": False}
+    trainer, before, after = train_sequence_head(base_checkpoint, tmp_path, **overrides)
+    assert after < 0.8 * before, (before, after)
+    assert all(torch.isfinite(p).all() for p in trainer.model.parameters())
+    trainer, before, after = train_token_head(base_checkpoint, tmp_path / "token", **overrides)
+    assert after < 0.8 * before, (before, after)
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_torchrun_ddp_on_cpu(tmp_path):
+    torch.manual_seed(0)
+    model_dir = tmp_path / "base"
+    ElmoModel(tiny_config()).save_pretrained(model_dir)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(model_dir)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)]),
+           "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
+               str(TESTS_DIR / "trainer_ddp_worker.py"), str(model_dir), str(tmp_path)]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]
+    assert all(rank["world_size"] == 2 for rank in ranks)
+    assert ranks[0]["after"] < 0.8 * ranks[0]["before"], ranks[0]
+    assert ranks[0]["weights"] == ranks[1]["weights"]
