@@ -204,13 +204,13 @@ class ElmoBiLm(nn.Module):
         memory: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """
-        Both directions of layer `index` advanced together, without autograd, for when nothing needs gradients: the
-        results of each direction's [`ElmoLstmLayer.forward`] within fp32 rounding.
+        Both directions of layer `index`, without autograd, for when nothing needs gradients: the results of each
+        direction's [`ElmoLstmLayer.forward`] within fp32 rounding.
 
         Rows are sorted by length so that the rows still running at any step are a prefix of the batch: padded
         positions cost nothing, ended rows simply keep their final state, and no step needs a mask. The input
-        projection of all valid positions is one matrix product per direction; each step is one matrix product per
-        direction plus gate arithmetic done in place, once for both directions, on reused buffers.
+        projection of all valid positions is one matrix product per direction; each step is one matrix product plus
+        gate arithmetic done in place on reused buffers.
 
         Inputs `(batch, steps, projection_dim)` each (the backward one already reversed), `mask` `(batch, steps)`,
         `hidden` `(2, batch, projection_dim)`, `memory` `(2, batch, cell_dim)`. Returns outputs
@@ -233,37 +233,36 @@ class ElmoBiLm(nn.Module):
 
         hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
         packed_outputs = forward_input.new_empty(2, input_gates.shape[1], hidden.shape[-1])
-        gates = forward_input.new_empty(2, batch_size, 4 * cell)
-        cell_output = forward_input.new_empty(2, batch_size, cell) if projected else None
-        offset = 0
-        for rows in running:
-            if rows == 0:
-                break
-            for direction, layer in enumerate(layers):
-                torch.addmm(
-                    input_gates[direction, offset : offset + rows],
-                    hidden[direction, :rows],
-                    layer.recurrent_weight.t(),
-                    out=gates[direction, :rows],
-                )
-            in_gate, forget_gate, cell_input, out_gate = gates[:, :rows].split(cell, dim=-1)
-            gates[:, :rows, : 2 * cell].sigmoid_()
-            out_gate.sigmoid_()
-            step_memory = memory[:, :rows]
-            step_memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
-            if cell_clip is not None:
-                step_memory.clamp_(-cell_clip, cell_clip)
-            step_hidden = hidden[:, :rows]
-            if projected:
-                torch.tanh(step_memory, out=cell_output[:, :rows]).mul_(out_gate)
-                for direction, layer in enumerate(layers):
-                    torch.mm(cell_output[direction, :rows], layer.projection_weight.t(), out=step_hidden[direction])
-            else:
-                torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
-            if proj_clip is not None:
-                step_hidden.clamp_(-proj_clip, proj_clip)
-            packed_outputs[:, offset : offset + rows] = step_hidden
-            offset += rows
+        gates = forward_input.new_empty(batch_size, 4 * cell)
+        cell_output = forward_input.new_empty(batch_size, cell) if projected else None
+        # One direction after the other: interleaving them per step doubles the weights each step reads, which is
+        # slower at small batches, where the recurrence is bound by memory traffic.
+        for direction, layer in enumerate(layers):
+            direction_hidden, direction_memory = hidden[direction], memory[direction]
+            offset = 0
+            for rows in running:
+                if rows == 0:
+                    break
+                step_gates = gates[:rows]
+                torch.addmm(input_gates[direction, offset : offset + rows], direction_hidden[:rows],
+                            layer.recurrent_weight.t(), out=step_gates)
+                in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
+                step_gates[:, : 2 * cell].sigmoid_()
+                out_gate.sigmoid_()
+                step_memory = direction_memory[:rows]
+                step_memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
+                if cell_clip is not None:
+                    step_memory.clamp_(-cell_clip, cell_clip)
+                step_hidden = direction_hidden[:rows]
+                if projected:
+                    torch.tanh(step_memory, out=cell_output[:rows]).mul_(out_gate)
+                    torch.mm(cell_output[:rows], layer.projection_weight.t(), out=step_hidden)
+                else:
+                    torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
+                if proj_clip is not None:
+                    step_hidden.clamp_(-proj_clip, proj_clip)
+                packed_outputs[direction, offset : offset + rows] = step_hidden
+                offset += rows
 
         outputs = packed_outputs.new_zeros(2, steps, batch_size, hidden.shape[-1])
         outputs[:, packed_mask] = packed_outputs
