@@ -43,6 +43,11 @@ class ElmoConfig(PretrainedConfig):
         pooling (`str`): how `ElmoForSequenceClassification` pools the words: `"mean"`, `"max"` or `"mean_max"`.
         pair_classification (`bool`): `ElmoForSequenceClassification` pools the two sentences marked by
             `token_type_ids` separately and classifies `[u ; v ; |u - v| ; u * v]`.
+
+    `ElmoForPreTraining` also reads:
+
+        word_vocab_size (`int`, *optional*): words of the shared softmax (the tokenizer's word vocabulary).
+        n_negative_samples (`int`, *optional*): sampled-softmax candidates per training batch.
     """
 
     model_type = "elmo"
@@ -70,6 +75,8 @@ class ElmoConfig(PretrainedConfig):
         task_lstm_dim=0,
         pooling="mean",
         pair_classification=False,
+        word_vocab_size=None,
+        n_negative_samples=None,
         **kwargs,
     ):
         filters = [list(f) for f in (ORIGINAL_FILTERS if filters is None else filters)]
@@ -114,6 +121,8 @@ class ElmoConfig(PretrainedConfig):
         self.task_lstm_dim = task_lstm_dim
         self.pooling = pooling
         self.pair_classification = pair_classification
+        self.word_vocab_size = word_vocab_size
+        self.n_negative_samples = n_negative_samples
         super().__init__(**kwargs)
 
     @property

@@ -817,7 +817,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        vocab_size = getattr(config, "word_vocab_size", None)
+        vocab_size = config.word_vocab_size
         if not isinstance(vocab_size, int) or vocab_size < 2:
             raise ValueError(f"ElmoForPreTraining needs config.word_vocab_size (an int >= 2), got {vocab_size!r}")
         self.elmo = ElmoModel(config)
@@ -850,7 +850,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             forward_states, backward_states = self._direction_states(outputs.last_hidden_state)
             negatives = None
             if self.training:
-                num_sampled = getattr(self.config, "n_negative_samples", None)
+                num_sampled = self.config.n_negative_samples
                 if not isinstance(num_sampled, int) or num_sampled < 1:
                     raise ValueError("training ElmoForPreTraining needs config.n_negative_samples (an int >= 1)")
                 negatives = sample_log_uniform(num_sampled, self.softmax.out_features, labels.device)
