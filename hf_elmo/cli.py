@@ -348,13 +348,20 @@ def _embed_lines(args, model, tokenizer, split, choice, output, stop: DeferredSt
 
 
 def convert_command(args) -> int:
-    from .conversion import ElmoConversionError, convert
+    from .conversion import ElmoConversionError, convert, push_to_hub
 
     try:
         output = convert(args.options_file, args.weight_file, args.output_dir, overwrite=args.overwrite)
     except ElmoConversionError as error:
         raise CliError(str(error)) from error
     print(f"wrote {output}")
+    if args.push_to_hub:
+        try:
+            commit = push_to_hub(output, args.push_to_hub, private=args.private)
+        except (OSError, ValueError) as error:  # huggingface_hub's HTTP and auth errors derive from these
+            raise CliError(f"{output} was written, but the upload to {args.push_to_hub} failed: "
+                           f"{_first_line(error)}") from error
+        print(f"uploaded to {args.push_to_hub}: {commit}")
     return 0
 
 
@@ -414,6 +421,8 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--weight-file", required=True, help="original weights.hdf5 (path or http(s) URL)")
     convert.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
     convert.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    convert.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload the folder to this Hub repository")
+    convert.add_argument("--private", action="store_true", help="create the Hub repository as private")
     convert.set_defaults(func=convert_command)
 
     info = commands.add_parser("info", help="print a model's sizes, layers, parameter count and dtype")

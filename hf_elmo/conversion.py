@@ -109,6 +109,10 @@ def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
 
 def load_original(options_file, weight_file, cache_dir=None) -> ElmoModel:
     """An `ElmoModel` (in eval mode) with the weights of an original checkpoint; paths or URLs."""
+    return _load_original_with_arrays(options_file, weight_file, cache_dir)[0]
+
+
+def _load_original_with_arrays(options_file, weight_file, cache_dir=None) -> tuple[ElmoModel, dict[str, np.ndarray]]:
     options = read_options(resolve_file(options_file, cache_dir))
     try:
         config = ElmoConfig.from_original_options(options)
@@ -121,7 +125,13 @@ def load_original(options_file, weight_file, cache_dir=None) -> ElmoModel:
         raise ElmoConversionError(f"{weight_file} does not match {options_file}: {error}") from error
     model = ElmoModel(config)
     model.load_state_dict(state_dict, strict=True)
-    return model.eval()
+    return model.eval(), arrays
+
+
+def count_round_trip_mismatches(model: ElmoModel, arrays: dict[str, np.ndarray]) -> int:
+    """How many original datasets do not come back bit for bit from `model`'s state dict (0 when lossless)."""
+    back = state_dict_to_original(model.state_dict(), model.config)
+    return sum(name not in back or back[name].tobytes() != array.tobytes() for name, array in arrays.items())
 
 
 @contextlib.contextmanager
@@ -168,9 +178,13 @@ def convert(
 ) -> Path:
     """
     Converts an original checkpoint into a `from_pretrained`-ready folder: `config.json`, `model.safetensors`, the
-    tokenizer files and a model card `README.md`. The folder appears complete or not at all.
+    tokenizer files and a model card `README.md`. The folder appears complete or not at all. Before writing, the
+    weights are mapped back to the original layout and compared bit for bit with the file.
     """
-    model = load_original(options_file, weight_file, cache_dir)
+    model, arrays = _load_original_with_arrays(options_file, weight_file, cache_dir)
+    mismatches = count_round_trip_mismatches(model, arrays)
+    if mismatches:
+        raise ElmoConversionError(f"{mismatches} datasets do not map back to the original bit for bit")
     tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
     template = model_card_template if model_card_template is not None else default_model_card_template()
     with atomic_directory(output_dir, overwrite) as staging:
@@ -184,9 +198,20 @@ def convert(
             cell_dim=model.config.cell_dim,
             projection_dim=model.config.projection_dim,
             n_parameters=f"{model.num_parameters():,}",
+            n_datasets=len(arrays),
         )
         (staging / "README.md").write_text(card, encoding="utf-8")
     return Path(output_dir)
+
+
+def push_to_hub(folder, repo_id: str, private: bool = False) -> str:
+    """Creates `repo_id` (if needed) and uploads `folder` with the standard Hub API; returns the commit URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    api.create_repo(repo_id, private=private, exist_ok=True)
+    return str(api.upload_folder(folder_path=str(folder), repo_id=repo_id,
+                                 commit_message="Upload ELMo converted with hf_elmo"))
 
 
 # -- hf_elmo -> original ---------------------------------------------------------------------------------------------
@@ -222,4 +247,4 @@ def _load_model_folder(model_dir) -> ElmoModel:
     return model.eval()
 
 
-__all__ = ["convert", "export", "load_original", "resolve_file", "ElmoConversionError"]
+__all__ = ["convert", "export", "load_original", "push_to_hub", "resolve_file", "ElmoConversionError"]

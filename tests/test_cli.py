@@ -267,3 +267,18 @@ def test_pretrain_subcommand_reports_bad_arguments(tmp_path, capsys):
             "--output-dir", str(tmp_path / "model"), "--streaming"]
     assert main(argv) == 2
     assert "--streaming needs --max-steps" in capsys.readouterr().err
+
+
+def test_convert_reports_a_failed_upload_and_keeps_the_folder(tmp_path, monkeypatch, capsys):
+    from huggingface_hub import HfApi
+
+    def unreachable(self, repo_id, **kwargs):
+        raise OSError("Name or service not known")
+
+    monkeypatch.setattr(HfApi, "create_repo", unreachable)
+    options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
+    code = main(["convert", "--options-file", str(options), "--weight-file", str(weights),
+                 "--output-dir", str(tmp_path / "out"), "--push-to-hub", "someone/elmo"])
+    assert code == 1
+    assert "was written, but the upload to someone/elmo failed: Name or service not known" in capsys.readouterr().err
+    assert ElmoModel.from_pretrained(tmp_path / "out").config.n_layers == tiny_config().n_layers

@@ -47,6 +47,7 @@ def test_converted_folder_loads_and_matches(fixture_dir, fixture_model, tmp_path
         assert torch.equal(model(**batch).last_hidden_state, fixture_model(**batch).last_hidden_state)
     card = (output / "README.md").read_text()
     assert card.startswith("---\n") and "library_name: hf_elmo" in card and "lm_weights.hdf5" in card
+    assert "all 33 datasets were mapped back" in card  # the fixture's weight file holds 33 datasets
 
 
 def test_scripts_round_trip_the_fixture_bit_exact(fixture_dir, tmp_path):
@@ -149,4 +150,4 @@ def test_script_reports_errors_without_traceback(tmp_path):
     result = run_script("convert_allennlp_elmo.py", "--options-file", tmp_path / "nope.json", "--weight-file",
                         tmp_path / "nope.hdf5", "--output-dir", tmp_path / "out")
     assert result.returncode == 1
-    assert result.stderr.startswith("error: no such file") and "Traceback" not in result.stderr
+    assert result.stderr.startswith("hf-elmo: error: no such file") and "Traceback" not in result.stderr
