@@ -214,3 +214,26 @@ def test_pretraining_runs_under_torchrun_with_two_processes(tmp_path):
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "model" / "model.safetensors").is_file()
     assert "eval_forward_perplexity" in result.stdout + result.stderr
+
+
+def test_streaming_run_resumes_from_its_last_checkpoint(tmp_path):
+    """A streamed run stopped at step 4 continues to step 6 from checkpoint-4 instead of starting over."""
+    import json
+
+    structured_text(tmp_path / "train.txt", 64, seed=0)
+    structured_text(tmp_path / "valid.txt", 8, seed=1)
+    output = tmp_path / "model"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        main([*pretraining_args(tmp_path, output, max_steps=4), "--streaming", "--save-steps", "2"])
+        first_vocab = (output / "word_vocab.json").read_text()
+        early_checkpoint = (output / "checkpoint-2" / "trainer_state.json").stat().st_mtime_ns
+        main([*pretraining_args(tmp_path, output, max_steps=6), "--streaming", "--save-steps", "2", "--resume"])
+    finally:
+        torch.set_num_threads(threads)
+    assert json.loads((output / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
+    # A run that started over would have saved checkpoint-2 again.
+    assert (output / "checkpoint-2" / "trainer_state.json").stat().st_mtime_ns == early_checkpoint
+    assert (output / "word_vocab.json").read_text() == first_vocab  # resuming keeps the vocabulary
+    assert ElmoModel.from_pretrained(output).config.word_vocab_size is not None
