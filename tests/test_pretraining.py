@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from conftest import tiny_config
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.modeling_elmo import ElmoForPreTraining
 from hf_elmo.pretraining import build_word_vocab, main
 
@@ -191,6 +191,7 @@ def test_pretrained_folder_loads_exports_and_reloads_identically(pretrained_fold
     folder = pretrained_folder[0]
     pretraining = ElmoForPreTraining.from_pretrained(folder).eval()
     model = ElmoModel.from_pretrained(folder).eval()
+    classifier = ElmoForSequenceClassification.from_pretrained(folder, num_labels=2).eval()
     tokenizer = ElmoTokenizer.from_pretrained(folder)
     export(folder, tmp_path / "original")
     reloaded = load_original(tmp_path / "original" / "options.json", tmp_path / "original" / "weights.hdf5")
@@ -198,7 +199,7 @@ def test_pretrained_folder_loads_exports_and_reloads_identically(pretrained_fold
     batch = tokenizer(["w0 w3 w6", "w9 w12 w15 w18 w21"], padding=True, return_tensors="pt")
     with torch.no_grad():
         expected = pretraining.elmo(**batch, output_hidden_states=True).hidden_states
-        for candidate in (model, reloaded):
+        for candidate in (model, reloaded, classifier.elmo):
             for ours, theirs in zip(expected, candidate(**batch, output_hidden_states=True).hidden_states):
                 torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
