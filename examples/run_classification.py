@@ -20,11 +20,10 @@ import numpy as np
 from datasets import load_dataset
 from transformers import EvalPrediction, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
-import hf_elmo  # noqa: F401  (registers ELMo with the Auto classes)
+import hf_elmo
 from hf_elmo import ElmoForSequenceClassification, ElmoTokenizer
 from model_card import write_model_card
 
-logger = logging.getLogger(__name__)
 HEAD_OPTIONS = ("task_lstm_dim", "pooling", "mix_dropout", "mix_layer_norm", "mix_l2_coefficient",
                 "concat_token_representation")
 

@@ -33,7 +33,6 @@ import hf_elmo
 from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
 from model_card import write_model_card
 
-logger = logging.getLogger(__name__)
 HEAD_OPTIONS = ("task_lstm_dim", "mix_dropout", "mix_layer_norm", "mix_l2_coefficient", "concat_token_representation")
 TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
 
