@@ -1,0 +1,194 @@
+"""Fine-tunes an ELMo sentence (or sentence-pair) classifier on local csv/json files with the stock `Trainer`.
+
+    python examples/run_classification.py --model_name_or_path ELMO_FOLDER \
+        --train_file train.csv --validation_file validation.csv --test_file test.csv \
+        --output_dir outputs/my-classifier --num_train_epochs 3 --learning_rate 1e-3
+
+The files hold a `text` column (and `text_pair` for pairs, when present) and a `label` column (strings or ints);
+the column names are arguments. The model is an `ElmoModel` folder (a converted or pre-trained biLM: a new head is
+added) or a fine-tuned `ElmoForSequenceClassification` folder. Accuracy and macro-F1 are reported for every split
+with labels, written to `output_dir/all_results.json`, and the output folder (model, tokenizer, model card) is ready
+for `push_to_hub`. Every `TrainingArguments` option applies (`--bf16`, `--per_device_train_batch_size`, ...).
+"""
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from datasets import load_dataset
+from transformers import EvalPrediction, HfArgumentParser, Trainer, TrainingArguments, set_seed
+
+import hf_elmo
+from hf_elmo import ElmoForSequenceClassification, ElmoTokenizer
+from model_card import write_model_card
+
+HEAD_OPTIONS = ("task_lstm_dim", "pooling", "mix_dropout", "mix_layer_norm", "mix_l2_coefficient",
+                "concat_token_representation")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(metadata={"help": "an ElmoModel folder or a fine-tuned classifier (path or Hub id)"})
+    freeze_bilm: bool = field(default=True, metadata={"help": "train only the layer mix and the head (the paper)"})
+    task_lstm_dim: int | None = field(default=None, metadata={"help": "units per direction of a task BiLSTM"})
+    pooling: str | None = field(default=None, metadata={"help": "mean, max or mean_max over the words"})
+    mix_dropout: float | None = field(default=None, metadata={"help": "dropout on the ELMo layer mix"})
+    mix_layer_norm: bool | None = field(default=None, metadata={"help": "normalise each layer before mixing"})
+    mix_l2_coefficient: float | None = field(default=None, metadata={"help": "L2 penalty on the mixing scalars"})
+    concat_token_representation: bool | None = field(
+        default=None, metadata={"help": "feed the context-independent token representation beside the mix"})
+    license: str = field(default="apache-2.0", metadata={"help": "license written in the model card"})
+
+
+@dataclass
+class DataTrainingArguments:
+    train_file: str | None = field(default=None, metadata={"help": "csv or json(l) training file"})
+    validation_file: str | None = field(default=None, metadata={"help": "csv or json(l) validation file"})
+    test_file: str | None = field(default=None, metadata={"help": "csv or json(l) test file"})
+    text_column: str = field(default="text", metadata={"help": "column holding the (first) sentence"})
+    text_pair_column: str = field(default="text_pair",
+                                  metadata={"help": "column holding the second sentence; used when present"})
+    label_column: str = field(default="label", metadata={"help": "column holding the label"})
+    max_seq_length: int | None = field(default=None, metadata={"help": "positions kept per example, <S>/</S> included"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training examples"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "keep the first N validation examples"})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "keep the first N test examples"})
+
+    def __post_init__(self):
+        if self.train_file is None and self.validation_file is None and self.test_file is None:
+            raise ValueError("give at least one of --train_file, --validation_file, --test_file")
+        for name in (self.train_file, self.validation_file, self.test_file):
+            if name is not None and Path(name).suffix not in (".csv", ".json", ".jsonl"):
+                raise ValueError(f"{name}: data files must be .csv, .json or .jsonl")
+
+
+def load_splits(data_args: DataTrainingArguments):
+    """The given files as a `DatasetDict` with splits `train`, `validation`, `test`."""
+    files = {split: name for split, name in (("train", data_args.train_file), ("validation", data_args.validation_file),
+                                             ("test", data_args.test_file)) if name is not None}
+    builder = "csv" if Path(next(iter(files.values()))).suffix == ".csv" else "json"
+    if any((Path(name).suffix == ".csv") != (builder == "csv") for name in files.values()):
+        raise ValueError("all data files must have the same format (csv, or json/jsonl)")
+    raw = load_dataset(builder, data_files=files)
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+              "test": data_args.max_predict_samples}
+    for split, limit in limits.items():
+        if split in raw and limit is not None:
+            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
+    for split, dataset in raw.items():
+        if data_args.text_column not in dataset.column_names:
+            raise ValueError(f"the {split} file has no column {data_args.text_column!r} (columns: "
+                             f"{dataset.column_names}); set --text_column")
+    return raw
+
+
+def label_names(raw, data_args: DataTrainingArguments, config) -> list[str]:
+    """The label names, by id: the fine-tuned model's own when it has them, else the sorted labels of the data."""
+    seen = set()
+    for dataset in raw.values():
+        if data_args.label_column in dataset.column_names:
+            seen.update(str(label) for label in dataset[data_args.label_column])
+    if not seen:
+        raise ValueError(f"no split has a {data_args.label_column!r} column; set --label_column")
+    saved = [config.id2label[i] for i in range(len(config.id2label))] if config is not None else []
+    if saved and seen <= set(saved) and not all(name.startswith("LABEL_") for name in saved):
+        return saved
+    return sorted(seen, key=lambda name: (not name.lstrip("-").isdigit(), int(name) if name.lstrip("-").isdigit()
+                                          else 0, name))
+
+
+def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
+    """Accuracy and macro-averaged F1 over the classes seen in the labels or the predictions."""
+    predicted = np.argmax(prediction.predictions, axis=-1)
+    gold = prediction.label_ids
+    scores = []
+    for label in np.union1d(gold, predicted):
+        true_positive = np.sum((predicted == label) & (gold == label))
+        denominator = np.sum(predicted == label) + np.sum(gold == label)
+        scores.append(2 * true_positive / denominator)
+    return {"accuracy": float(np.mean(predicted == gold)), "macro_f1": float(np.mean(scores))}
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
+                        handlers=[logging.StreamHandler(sys.stdout)])
+    set_seed(training_args.seed)
+
+    raw = load_splits(data_args)
+    tokenizer = ElmoTokenizer.from_pretrained(model_args.model_name_or_path)
+    saved_config = hf_elmo.ElmoConfig.from_pretrained(model_args.model_name_or_path)
+    is_classifier = "ElmoForSequenceClassification" in (saved_config.architectures or [])
+    labels = label_names(raw, data_args, saved_config if is_classifier else None)
+    label2id = {name: i for i, name in enumerate(labels)}
+    pairs = all(data_args.text_pair_column in dataset.column_names for dataset in raw.values())
+
+    overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
+    model = ElmoForSequenceClassification.from_pretrained(
+        model_args.model_name_or_path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label2id,
+        problem_type="single_label_classification", freeze_bilm=model_args.freeze_bilm,
+        pair_classification=pairs, **overrides)
+
+    def preprocess(batch):
+        second = batch[data_args.text_pair_column] if pairs else None
+        encoding = tokenizer(batch[data_args.text_column], second, truncation=data_args.max_seq_length is not None,
+                             max_length=data_args.max_seq_length)
+        if data_args.label_column in batch:
+            encoding["labels"] = [label2id[str(label)] for label in batch[data_args.label_column]]
+        return encoding
+
+    with training_args.main_process_first(desc="tokenizing"):
+        data = {split: dataset.map(preprocess, batched=True, remove_columns=dataset.column_names, desc=split)
+                for split, dataset in raw.items()}
+
+    trainer = Trainer(model=model, args=training_args, train_dataset=data.get("train"),
+                      eval_dataset=data.get("validation"), processing_class=tokenizer,
+                      compute_metrics=classification_metrics)
+    results = {}
+    if "train" in data:
+        train_result = trainer.train()
+        trainer.save_metrics("train", train_result.metrics)
+    if "validation" in data:
+        metrics = trainer.evaluate()
+        trainer.save_metrics("eval", metrics)
+        results["validation"] = {name.removeprefix("eval_"): value for name, value in metrics.items()}
+    if "test" in data:
+        test_set = data["test"]
+        labelled = "labels" in test_set.column_names
+        prediction = trainer.predict(test_set, metric_key_prefix="test")
+        if labelled:
+            trainer.save_metrics("test", prediction.metrics)
+            results["test"] = {name.removeprefix("test_"): value for name, value in prediction.metrics.items()}
+        if trainer.is_world_process_zero():
+            predicted = np.argmax(prediction.predictions, axis=-1)
+            path = Path(training_args.output_dir) / "test_predictions.txt"
+            path.write_text("".join(f"{labels[i]}\n" for i in predicted), encoding="utf-8")
+
+    for split, metrics in results.items():
+        print(f"{split}: " + ", ".join(f"{name} = {value:.4f}" for name, value in sorted(metrics.items())
+                                       if name in ("accuracy", "macro_f1", "loss")))
+    if "train" in data:
+        trainer.save_model(training_args.output_dir)  # model, tokenizer (the processing class) and code files
+        if trainer.is_world_process_zero():
+            card_results = {split: {name: value for name, value in metrics.items() if name in ("accuracy", "macro_f1")}
+                            for split, metrics in results.items()}
+            write_model_card(
+                training_args.output_dir, script="run_classification.py",
+                model_name_or_path=model_args.model_name_or_path, pipeline_tag="text-classification",
+                tags=["text-classification"], license=model_args.license,
+                head=f"{'sentence-pair' if pairs else 'sentence'} classification into {len(labels)} classes "
+                     f"({', '.join(labels)})",
+                freeze_bilm=model_args.freeze_bilm, results=card_results,
+                data_files=[name for name in (data_args.train_file, data_args.validation_file, data_args.test_file)
+                            if name],
+                auto_class="AutoModelForSequenceClassification",
+                usage='batch = tokenizer(["a sentence to classify"], padding=True, return_tensors="pt")\n'
+                      'label = model.config.id2label[model(**batch).logits.argmax(-1).item()]')
+    return results
+
+
+if __name__ == "__main__":
+    main()

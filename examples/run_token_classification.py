@@ -1,0 +1,237 @@
+"""Fine-tunes an ELMo tagger (NER, chunking, POS) on local CoNLL or csv/json files with the stock `Trainer`.
+
+    python examples/run_token_classification.py --model_name_or_path ELMO_FOLDER \
+        --train_file train.conll --validation_file dev.conll --test_file test.conll \
+        --output_dir outputs/my-tagger --num_train_epochs 3 --learning_rate 1e-3
+
+CoNLL files (any other extension than .csv/.json/.jsonl) hold one token per line, its tag in the last column, and a
+blank line between sentences (`-DOCSTART-` lines are skipped). csv/json files hold a `tokens` and a `tags` column:
+lists, or strings of space-separated items. Every word is one position of ELMo's input, so the labels align with the
+positions directly through `word_ids()` (-100 at `<S>`, `</S>` and padding). Entity-level precision, recall and F1
+(`seqeval`, conlleval's rules) and token accuracy are reported for every split with tags, written to
+`output_dir/all_results.json`, and the output folder (model, tokenizer, model card) is ready for `push_to_hub`.
+"""
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, DatasetDict, load_dataset
+from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
+from transformers import (
+    DataCollatorForTokenClassification,
+    EvalPrediction,
+    HfArgumentParser,
+    Trainer,
+    TrainingArguments,
+    set_seed,
+)
+
+import hf_elmo
+from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
+from model_card import write_model_card
+
+HEAD_OPTIONS = ("task_lstm_dim", "mix_dropout", "mix_layer_norm", "mix_l2_coefficient", "concat_token_representation")
+TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
+
+
+@dataclass
+class ModelArguments:
+    model_name_or_path: str = field(metadata={"help": "an ElmoModel folder or a fine-tuned tagger (path or Hub id)"})
+    freeze_bilm: bool = field(default=True, metadata={"help": "train only the layer mix and the head (the paper)"})
+    task_lstm_dim: int | None = field(default=None, metadata={"help": "units per direction of a task BiLSTM"})
+    mix_dropout: float | None = field(default=None, metadata={"help": "dropout on the ELMo layer mix"})
+    mix_layer_norm: bool | None = field(default=None, metadata={"help": "normalise each layer before mixing"})
+    mix_l2_coefficient: float | None = field(default=None, metadata={"help": "L2 penalty on the mixing scalars"})
+    concat_token_representation: bool | None = field(
+        default=None, metadata={"help": "feed the context-independent token representation beside the mix"})
+    license: str = field(default="apache-2.0", metadata={"help": "license written in the model card"})
+
+
+@dataclass
+class DataTrainingArguments:
+    train_file: str | None = field(default=None, metadata={"help": "CoNLL, csv or json(l) training file"})
+    validation_file: str | None = field(default=None, metadata={"help": "CoNLL, csv or json(l) validation file"})
+    test_file: str | None = field(default=None, metadata={"help": "CoNLL, csv or json(l) test file"})
+    tokens_column: str = field(default="tokens", metadata={"help": "csv/json column holding the words"})
+    tags_column: str = field(default="tags", metadata={"help": "csv/json column holding the tags"})
+    max_seq_length: int | None = field(default=None, metadata={"help": "positions kept per sentence, <S>/</S> included"})
+    max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training sentences"})
+    max_eval_samples: int | None = field(default=None, metadata={"help": "keep the first N validation sentences"})
+    max_predict_samples: int | None = field(default=None, metadata={"help": "keep the first N test sentences"})
+
+    def __post_init__(self):
+        if self.train_file is None and self.validation_file is None and self.test_file is None:
+            raise ValueError("give at least one of --train_file, --validation_file, --test_file")
+
+
+def read_conll(path: str) -> dict[str, list[list[str]]]:
+    """`{"tokens": [...], "tags": [...]}` of a CoNLL file: first column the word, last column the tag."""
+    sentences, tags, words, labels = [], [], [], []
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            columns = line.split()
+            if not columns or columns[0] == "-DOCSTART-":
+                if words:
+                    sentences.append(words)
+                    tags.append(labels)
+                    words, labels = [], []
+                continue
+            if len(columns) < 2:
+                raise ValueError(f"{path}, line {number}: expected a word and a tag, got {line.strip()!r}")
+            words.append(columns[0])
+            labels.append(columns[-1])
+    if words:
+        sentences.append(words)
+        tags.append(labels)
+    return {"tokens": sentences, "tags": tags}
+
+
+def read_table(path: str, data_args: DataTrainingArguments) -> dict[str, list[list[str]]]:
+    """`{"tokens": [...], "tags": [...]}` of a csv/json file; string cells are split on whitespace."""
+    table = load_dataset("csv" if path.endswith(".csv") else "json", data_files=path, split="train")
+    columns = {"tokens": data_args.tokens_column, "tags": data_args.tags_column}
+    data = {}
+    for key, column in columns.items():
+        if column not in table.column_names:
+            if key == "tags":
+                continue
+            raise ValueError(f"{path} has no column {column!r} (columns: {table.column_names}); set --{key}_column")
+        data[key] = [cell.split() if isinstance(cell, str) else [str(item) for item in cell] for cell in table[column]]
+    return data
+
+
+def load_splits(data_args: DataTrainingArguments) -> DatasetDict:
+    """The given files as a `DatasetDict` with columns `tokens` (and `tags` where given)."""
+    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
+    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
+              "test": data_args.max_predict_samples}
+    splits = {}
+    for split, path in files.items():
+        if path is None:
+            continue
+        data = read_table(path, data_args) if path.endswith(TABLE_SUFFIXES) else read_conll(path)
+        if not data["tokens"]:
+            raise ValueError(f"{path} holds no sentence")
+        for words, tags in zip(data["tokens"], data.get("tags", data["tokens"])):
+            if len(words) != len(tags):
+                raise ValueError(f"{path}: a sentence has {len(words)} words but {len(tags)} tags: {words}")
+        dataset = Dataset.from_dict(data)
+        if limits[split] is not None:
+            dataset = dataset.select(range(min(limits[split], len(dataset))))
+        splits[split] = dataset
+    return DatasetDict(splits)
+
+
+def tag_names(raw: DatasetDict, config) -> list[str]:
+    """The tags by id: the fine-tuned model's own when they cover the data, else the data's tags, `O` first."""
+    seen = {tag for dataset in raw.values() if "tags" in dataset.column_names for tags in dataset["tags"] for tag in tags}
+    if not seen:
+        raise ValueError("no split has tags")
+    saved = [config.id2label[i] for i in range(len(config.id2label))] if config is not None else []
+    if saved and seen <= set(saved):
+        return saved
+    return sorted(seen, key=lambda tag: (tag != "O", tag[2:], tag))
+
+
+def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
+    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
+    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
+                        handlers=[logging.StreamHandler(sys.stdout)])
+    set_seed(training_args.seed)
+
+    raw = load_splits(data_args)
+    tokenizer = ElmoTokenizer.from_pretrained(model_args.model_name_or_path)
+    saved_config = hf_elmo.ElmoConfig.from_pretrained(model_args.model_name_or_path)
+    is_tagger = "ElmoForTokenClassification" in (saved_config.architectures or [])
+    tags = tag_names(raw, saved_config if is_tagger else None)
+    tag2id = {tag: i for i, tag in enumerate(tags)}
+
+    overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
+    model = ElmoForTokenClassification.from_pretrained(
+        model_args.model_name_or_path, num_labels=len(tags), id2label=dict(enumerate(tags)), label2id=tag2id,
+        freeze_bilm=model_args.freeze_bilm, **overrides)
+
+    def preprocess(batch):
+        encoding = tokenizer(batch["tokens"], is_split_into_words=True,
+                             truncation=data_args.max_seq_length is not None, max_length=data_args.max_seq_length)
+        # One position per word: the word's tag, -100 at <S>, </S> (and, once collated, at padding). Without tags
+        # (a test file to tag), 0 marks the positions to predict; no metrics are computed then.
+        encoding["labels"] = [[-100 if word is None else tag2id[batch["tags"][i][word]] if "tags" in batch else 0
+                               for word in encoding.word_ids(i)] for i in range(len(batch["tokens"]))]
+        return encoding
+
+    with training_args.main_process_first(desc="tokenizing"):
+        data = {split: dataset.map(preprocess, batched=True, remove_columns=dataset.column_names, desc=split)
+                for split, dataset in raw.items()}
+
+    def to_tag_sequences(logits: np.ndarray, label_ids: np.ndarray) -> tuple[list[list[str]], list[list[str]]]:
+        predicted = np.argmax(logits, axis=-1)
+        gold_tags, predicted_tags = [], []
+        for row_labels, row_predicted in zip(label_ids, predicted):
+            keep = row_labels != -100
+            gold_tags.append([tags[i] for i in row_labels[keep]])
+            predicted_tags.append([tags[i] for i in row_predicted[keep]])
+        return gold_tags, predicted_tags
+
+    def entity_metrics(prediction: EvalPrediction) -> dict[str, float]:
+        gold, predicted = to_tag_sequences(prediction.predictions, prediction.label_ids)
+        return {"precision": precision_score(gold, predicted, zero_division=0),
+                "recall": recall_score(gold, predicted, zero_division=0),
+                "f1": f1_score(gold, predicted, zero_division=0),
+                "accuracy": accuracy_score(gold, predicted)}
+
+    trainer = Trainer(model=model, args=training_args, train_dataset=data.get("train"),
+                      eval_dataset=data.get("validation"), processing_class=tokenizer,
+                      data_collator=DataCollatorForTokenClassification(tokenizer),
+                      compute_metrics=entity_metrics)
+    results = {}
+    if "train" in data:
+        train_result = trainer.train()
+        trainer.save_metrics("train", train_result.metrics)
+    if "validation" in data:
+        metrics = trainer.evaluate()
+        trainer.save_metrics("eval", metrics)
+        results["validation"] = {name.removeprefix("eval_"): value for name, value in metrics.items()}
+    if "test" in data:
+        trainer.compute_metrics = entity_metrics if "tags" in raw["test"].column_names else None
+        prediction = trainer.predict(data["test"], metric_key_prefix="test")
+        if trainer.compute_metrics is not None:
+            trainer.save_metrics("test", prediction.metrics)
+            results["test"] = {name.removeprefix("test_"): value for name, value in prediction.metrics.items()}
+        if trainer.is_world_process_zero():
+            _, predicted = to_tag_sequences(prediction.predictions, prediction.label_ids)
+            lines = []
+            for words, sentence_tags in zip(raw["test"]["tokens"], predicted):
+                lines += [f"{word} {tag}\n" for word, tag in zip(words, sentence_tags)] + ["\n"]
+            (Path(training_args.output_dir) / "test_predictions.conll").write_text("".join(lines), encoding="utf-8")
+
+    for split, metrics in results.items():
+        print(f"{split}: " + ", ".join(f"{name} = {value:.4f}" for name, value in sorted(metrics.items())
+                                       if name in ("precision", "recall", "f1", "accuracy", "loss")))
+    if "train" in data:
+        trainer.save_model(training_args.output_dir)  # model, tokenizer (the processing class) and code files
+        if trainer.is_world_process_zero():
+            card_results = {split: {name: value for name, value in metrics.items()
+                                    if name in ("precision", "recall", "f1", "accuracy")}
+                            for split, metrics in results.items()}
+            write_model_card(
+                training_args.output_dir, script="run_token_classification.py",
+                model_name_or_path=model_args.model_name_or_path, pipeline_tag="token-classification",
+                tags=["token-classification"], license=model_args.license,
+                head=f"one tag per word out of {len(tags)} ({', '.join(tags)})",
+                freeze_bilm=model_args.freeze_bilm, results=card_results,
+                data_files=[name for name in (data_args.train_file, data_args.validation_file, data_args.test_file)
+                            if name],
+                auto_class="AutoModelForTokenClassification",
+                usage='encoding = tokenizer([["Ada", "lives", "in", "Paris"]], is_split_into_words=True,\n'
+                      '                     padding=True, return_tensors="pt")\n'
+                      "model.predict_word_labels(encoding)  # [[(tag, probability) for each word]]")
+    return results
+
+
+if __name__ == "__main__":
+    main()

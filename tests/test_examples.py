@@ -1,0 +1,173 @@
+"""The fine-tuning examples run end to end on tiny local files, and their output folders reload with the Auto classes."""
+
+import csv
+import json
+import os
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+
+from conftest import tiny_config
+
+pytest.importorskip("datasets")
+pytest.importorskip("seqeval")
+pytest.importorskip("accelerate")
+ROOT = Path(__file__).resolve().parents[1]
+POSITIVE, NEGATIVE = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "sad"]
+FILLER = ["the", "movie", "was", "a", "plot", "and", "it", "felt"]
+PLACES, PEOPLE = ["Paris", "Rome", "Oslo", "Lima"], ["Ada", "Bob", "Eve"]
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory) -> Path:
+    """A random tiny `ElmoModel` folder with its tokenizer."""
+    folder = tmp_path_factory.mktemp("base")
+    torch.manual_seed(0)
+    ElmoModel(tiny_config()).save_pretrained(folder)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(folder)
+    return folder
+
+
+def run_example(script: str, arguments: list, tmp_path: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
+           "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")}
+    command = [sys.executable, str(ROOT / "examples" / script), *map(str, arguments), "--report_to", "none",
+               "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0"]
+    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def front_matter(card: str) -> list[str]:
+    assert card.startswith("---\n")
+    return card.split("---\n")[1].splitlines()
+
+
+def write_sentences(path: Path, n: int, seed: int, pairs: bool = False) -> list[dict]:
+    """Sentences labelled "pos" when they hold positive words, "neg" when negative ones (csv, or json lines)."""
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        label = rng.randrange(2)
+        words = rng.sample(FILLER, 1) + rng.sample(POSITIVE if label else NEGATIVE, 2)
+        rng.shuffle(words)
+        row = {"text": " ".join(words), "label": ["neg", "pos"][label]}
+        if pairs:
+            row["text_pair"] = " ".join(rng.sample(FILLER, 2))
+        rows.append(row)
+    if path.suffix == ".csv":
+        with open(path, "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    else:
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
+    return rows
+
+
+def tagged_sentences(n: int, seed: int) -> list[tuple[list[str], list[str]]]:
+    rng = random.Random(seed)
+    sentences = []
+    for _ in range(n):
+        words = rng.sample(FILLER, 3) + rng.sample(PLACES, 1) + rng.sample(PEOPLE, 1)
+        rng.shuffle(words)
+        sentences.append((words, ["B-LOC" if w in PLACES else "B-PER" if w in PEOPLE else "O" for w in words]))
+    return sentences
+
+
+def write_conll(path: Path, sentences) -> None:
+    blocks = ["".join(f"{word} NN {tag}\n" for word, tag in zip(words, tags)) for words, tags in sentences]
+    path.write_text("-DOCSTART- -X- O\n\n" + "\n".join(blocks), encoding="utf-8")
+
+
+def test_run_classification(base_model, tmp_path):
+    write_sentences(tmp_path / "train.csv", 48, seed=0)
+    write_sentences(tmp_path / "validation.csv", 16, seed=1)
+    test_rows = write_sentences(tmp_path / "test.csv", 16, seed=2)
+    output_dir = tmp_path / "classifier"
+    result = run_example("run_classification.py", [
+        "--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv",
+        "--validation_file", tmp_path / "validation.csv", "--test_file", tmp_path / "test.csv",
+        "--output_dir", output_dir, "--max_steps", "4", "--per_device_train_batch_size", "8",
+        "--learning_rate", "0.05", "--task_lstm_dim", "4", "--pooling", "mean_max"], tmp_path)
+
+    results = json.loads((output_dir / "all_results.json").read_text())
+    for split in ("eval", "test"):
+        for metric in ("accuracy", "macro_f1"):
+            assert 0.0 <= results[f"{split}_{metric}"] <= 1.0
+            assert f"{metric} = {results[f'{split}_{metric}']:.4f}" in result.stdout
+    assert results["train_runtime"] > 0
+
+    # The saved folder reloads with the Auto classes and predicts what the script predicted.
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
+    assert model.config.id2label == {0: "neg", 1: "pos"} and model.config.task_lstm_dim == 4
+    assert model.config.freeze_bilm and not any(p.requires_grad for p in model.elmo.parameters())
+    batch = tokenizer([row["text"] for row in test_rows], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        predicted = [model.config.id2label[i] for i in model(**batch).logits.argmax(-1).tolist()]
+    assert predicted == (output_dir / "test_predictions.txt").read_text().split()
+    gold = [row["label"] for row in test_rows]
+    assert results["test_accuracy"] == pytest.approx(np.mean([p == g for p, g in zip(predicted, gold)]))
+
+    header = front_matter((output_dir / "README.md").read_text())
+    assert {"library_name: hf_elmo", "pipeline_tag: text-classification", "license: apache-2.0"} <= set(header)
+    assert not any(line.startswith("base_model:") for line in header)  # a temporary folder is not worth naming
+    assert f"| test | {results['test_accuracy']:.4f} | {results['test_macro_f1']:.4f} |" in (
+        output_dir / "README.md").read_text()
+
+    # The fine-tuned folder is itself a model to evaluate: same labels, same test figures (json lines, pairs absent).
+    (tmp_path / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in test_rows), encoding="utf-8")
+    run_example("run_classification.py", ["--model_name_or_path", output_dir, "--test_file", tmp_path / "test.jsonl",
+                                          "--output_dir", tmp_path / "evaluation"], tmp_path)
+    again = json.loads((tmp_path / "evaluation" / "all_results.json").read_text())
+    assert again["test_accuracy"] == pytest.approx(results["test_accuracy"])
+    assert again["test_macro_f1"] == pytest.approx(results["test_macro_f1"])
+
+
+def test_run_token_classification(base_model, tmp_path):
+    write_conll(tmp_path / "train.conll", tagged_sentences(48, seed=0))
+    validation = tagged_sentences(16, seed=1)
+    (tmp_path / "validation.json").write_text(json.dumps([{"tokens": w, "tags": t} for w, t in validation]))
+    test = tagged_sentences(16, seed=2)
+    with open(tmp_path / "test.csv", "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["tokens", "tags"])
+        writer.writerows([" ".join(words), " ".join(tags)] for words, tags in test)
+    output_dir = tmp_path / "tagger"
+    run_example("run_token_classification.py", [
+        "--model_name_or_path", base_model, "--train_file", tmp_path / "train.conll",
+        "--validation_file", tmp_path / "validation.json", "--test_file", tmp_path / "test.csv",
+        "--output_dir", output_dir, "--max_steps", "4", "--per_device_train_batch_size", "8",
+        "--learning_rate", "0.05"], tmp_path)
+
+    results = json.loads((output_dir / "all_results.json").read_text())
+    for split in ("eval", "test"):
+        for metric in ("precision", "recall", "f1", "accuracy"):
+            assert 0.0 <= results[f"{split}_{metric}"] <= 1.0
+
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    model = AutoModelForTokenClassification.from_pretrained(output_dir).eval()
+    assert set(model.config.label2id) == {"O", "B-LOC", "B-PER"} and model.config.id2label[0] == "O"
+    encoding = tokenizer([words for words, _ in test], is_split_into_words=True, padding=True, return_tensors="pt")
+    predicted = [[tag for tag, _ in sentence] for sentence in model.predict_word_labels(encoding)]
+    written = [[line.split()[1] for line in block.splitlines()]
+               for block in (output_dir / "test_predictions.conll").read_text().strip().split("\n\n")]
+    assert predicted == written
+    words_written = [[line.split()[0] for line in block.splitlines()]
+                     for block in (output_dir / "test_predictions.conll").read_text().strip().split("\n\n")]
+    assert words_written == [words for words, _ in test]
+    gold = [tag for _, tags in test for tag in tags]
+    flat = [tag for sentence in predicted for tag in sentence]
+    assert results["test_accuracy"] == pytest.approx(np.mean([p == g for p, g in zip(flat, gold)]))
+
+    header = front_matter((output_dir / "README.md").read_text())
+    assert {"library_name: hf_elmo", "pipeline_tag: token-classification"} <= set(header)
