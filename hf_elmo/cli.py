@@ -244,7 +244,6 @@ class NpyOutput:
             target.write_text(json.dumps(sentence_to_index), encoding="utf-8")
 
 
-
 def _check_settings(stored: str | None, settings: dict, path: Path):
     if stored is not None and json.loads(stored) != settings:
         raise CliError(f"{path} was written with other settings ({stored}); resume with those or start a new file")

@@ -410,7 +410,7 @@ class ElmoModel(ElmoPreTrainedModel):
         return_final_state: bool = False,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
-        **kwargs,
+        token_type_ids: torch.Tensor | None = None,
     ) -> ElmoModelOutput | tuple:
         r"""
         Args:
@@ -422,10 +422,9 @@ class ElmoModel(ElmoPreTrainedModel):
                 from, in the layout of `final_state`; zeros when absent.
             return_final_state (`bool`): also return `final_state`.
             output_hidden_states (`bool`, *optional*): also return all `n_layers + 1` representation layers.
+            token_type_ids (`torch.Tensor`, *optional*): accepted for sentence-pair batches from the tokenizer; the
+                biLM does not use it.
         """
-        kwargs.pop("token_type_ids", None)
-        if kwargs:
-            raise TypeError(f"ElmoModel.forward got unexpected arguments: {sorted(kwargs)}")
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
@@ -620,11 +619,8 @@ class ElmoHeadModel(ElmoPreTrainedModel):
 
     def _encode(self, input_ids, attention_mask, output_hidden_states):
         """The task features `(batch, positions, dim)`, the valid mask, and the biLM output."""
-        if attention_mask is None:
-            attention_mask = (input_ids > 0).any(dim=-1)
-        elmo_output = self.elmo(input_ids, attention_mask=attention_mask, output_hidden_states=True,
-                                return_dict=True)
-        mask = attention_mask.bool()
+        mask = self.elmo._validated_mask(input_ids, attention_mask)
+        elmo_output = self.elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
         features = self.task_encoder(elmo_output.hidden_states, mask)
         hidden_states = elmo_output.hidden_states if output_hidden_states else None
         return features, mask, hidden_states
@@ -845,7 +841,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if labels is not None:
             if labels.shape != input_ids.shape[:2]:
                 raise ValueError(f"labels must have shape {tuple(input_ids.shape[:2])}, got {tuple(labels.shape)}")
-            valid = (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
+            valid = self.elmo._validated_mask(input_ids, attention_mask)
             labels = labels.masked_fill(~valid, -100)
             forward_states, backward_states = self._direction_states(outputs.last_hidden_state)
             negatives = None
