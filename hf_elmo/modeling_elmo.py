@@ -93,6 +93,8 @@ class ElmoLstmLayer(nn.Module):
     """
     One layer of one direction: an LSTM whose memory is clipped and whose output is projected and clipped, as
     TensorFlow's `LSTMCell(num_proj=..., cell_clip=..., proj_clip=...)`. Gates are ordered input, forget, cell, output.
+    The kernels keep TensorFlow's `(in, out)` layout: a step multiplies `(batch, in) @ (in, out)`, which is faster
+    from contiguous `(in, out)` memory than from a transposed `(out, in)` weight when the batch is small.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -103,10 +105,10 @@ class ElmoLstmLayer(nn.Module):
         # bilm-tf projects (and then clips) the output only when it is narrower than the memory.
         projected = projection_dim < cell_dim
         self.proj_clip = config.proj_clip if projected else None
-        self.input_weight = nn.Parameter(torch.empty(4 * cell_dim, projection_dim))
-        self.recurrent_weight = nn.Parameter(torch.empty(4 * cell_dim, projection_dim if projected else cell_dim))
+        self.input_kernel = nn.Parameter(torch.empty(projection_dim, 4 * cell_dim))
+        self.recurrent_kernel = nn.Parameter(torch.empty(projection_dim if projected else cell_dim, 4 * cell_dim))
         self.bias = nn.Parameter(torch.empty(4 * cell_dim))
-        self.projection_weight = nn.Parameter(torch.empty(projection_dim, cell_dim)) if projected else None
+        self.projection_kernel = nn.Parameter(torch.empty(cell_dim, projection_dim)) if projected else None
 
     def forward(
         self, inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
@@ -116,10 +118,10 @@ class ElmoLstmLayer(nn.Module):
         valid steps first, `hidden` `(batch, projection_dim)`, `memory` `(batch, cell_dim)`. Returns the outputs
         `(batch, steps, projection_dim)` (zero at invalid steps) and the state after each row's last valid step.
         """
-        input_gates = F.linear(inputs, self.input_weight, self.bias)  # every step in one product
+        input_gates = inputs @ self.input_kernel + self.bias  # every step in one product
         outputs = inputs.new_zeros(inputs.shape[0], inputs.shape[1], hidden.shape[-1])
         for step in range(inputs.shape[1]):
-            gates = input_gates[:, step] + F.linear(hidden, self.recurrent_weight)
+            gates = input_gates[:, step] + hidden @ self.recurrent_kernel
             in_gate, forget_gate, cell_input, out_gate = gates.split(self.cell_dim, dim=-1)
             new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(
                 forget_gate + FORGET_BIAS
@@ -127,8 +129,8 @@ class ElmoLstmLayer(nn.Module):
             if self.cell_clip is not None:
                 new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
             new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
-            if self.projection_weight is not None:
-                new_hidden = F.linear(new_hidden, self.projection_weight)
+            if self.projection_kernel is not None:
+                new_hidden = new_hidden @ self.projection_kernel
             if self.proj_clip is not None:
                 new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)
             valid = mask[:, step, None]
@@ -209,8 +211,8 @@ class ElmoBiLm(nn.Module):
 
         Rows are sorted by length so that the rows still running at any step are a prefix of the batch: padded
         positions cost nothing, ended rows simply keep their final state, and no step needs a mask. The input
-        projection of all valid positions is one matrix product per direction; each step is one matrix product plus
-        gate arithmetic done in place on reused buffers.
+        projection of all valid positions is one matrix product per direction; each step adds its recurrent product to
+        its slice of those input gates and does the gate arithmetic there, in place.
 
         Inputs `(batch, steps, projection_dim)` each (the backward one already reversed), `mask` `(batch, steps)`,
         `hidden` `(2, batch, projection_dim)`, `memory` `(2, batch, cell_dim)`. Returns outputs
@@ -219,7 +221,7 @@ class ElmoBiLm(nn.Module):
         layers = (self.forward_layers[index], self.backward_layers[index])
         batch_size, steps, input_dim = forward_input.shape
         cell, cell_clip, proj_clip = layers[0].cell_dim, layers[0].cell_clip, layers[0].proj_clip
-        projected = layers[0].projection_weight is not None
+        projected = layers[0].projection_kernel is not None
         lengths = mask.sum(dim=1)
         order = torch.argsort(lengths, descending=True, stable=True)
         packed_mask = mask[order].t()  # (steps, batch): the valid positions in time-major order
@@ -228,12 +230,11 @@ class ElmoBiLm(nn.Module):
         input_gates = forward_input.new_empty(2, int(lengths.sum()), 4 * cell)
         for direction, (layer, inputs) in enumerate(zip(layers, (forward_input, backward_input))):
             packed_inputs = inputs[order].transpose(0, 1)[packed_mask]
-            torch.addmm(layer.bias, packed_inputs, layer.input_weight.t(), out=input_gates[direction])
+            torch.addmm(layer.bias, packed_inputs, layer.input_kernel, out=input_gates[direction])
         input_gates[..., cell : 2 * cell] += FORGET_BIAS
 
         hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
         packed_outputs = forward_input.new_empty(2, input_gates.shape[1], hidden.shape[-1])
-        gates = forward_input.new_empty(batch_size, 4 * cell)
         cell_output = forward_input.new_empty(batch_size, cell) if projected else None
         # One direction after the other: interleaving them per step doubles the weights each step reads, which is
         # slower at small batches, where the recurrence is bound by memory traffic.
@@ -243,9 +244,8 @@ class ElmoBiLm(nn.Module):
             for rows in running:
                 if rows == 0:
                     break
-                step_gates = gates[:rows]
-                torch.addmm(input_gates[direction, offset : offset + rows], direction_hidden[:rows],
-                            layer.recurrent_weight.t(), out=step_gates)
+                step_gates = input_gates[direction, offset : offset + rows]  # overwritten: each is read once
+                step_gates.addmm_(direction_hidden[:rows], layer.recurrent_kernel)
                 in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
                 step_gates[:, : 2 * cell].sigmoid_()
                 out_gate.sigmoid_()
@@ -256,7 +256,7 @@ class ElmoBiLm(nn.Module):
                 step_hidden = direction_hidden[:rows]
                 if projected:
                     torch.tanh(step_memory, out=cell_output[:rows]).mul_(out_gate)
-                    torch.mm(cell_output[:rows], layer.projection_weight.t(), out=step_hidden)
+                    torch.mm(cell_output[:rows], layer.projection_kernel, out=step_hidden)
                 else:
                     torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
                 if proj_clip is not None:
@@ -368,7 +368,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
             nn.init.zeros_(module.nonlinear_bias)
             nn.init.constant_(module.gate_bias, -2.0)
         elif isinstance(module, ElmoLstmLayer):
-            for weight in (module.input_weight, module.recurrent_weight, module.projection_weight):
+            for weight in (module.input_kernel, module.recurrent_kernel, module.projection_kernel):
                 if weight is not None:
                     bound = (6.0 / sum(weight.shape)) ** 0.5
                     nn.init.uniform_(weight, -bound, bound)

@@ -7,7 +7,8 @@ The TensorFlow conventions undone here:
 - Dense kernels are `(in, out)`; `nn.Linear` wants `(out, in)`.
 - `CNN_high_k/W_carry` computes the highway's *gate* and `W_transform` its nonlinear branch.
 - `LSTMCell/W_0` packs the input and recurrent kernels (rows `[input ; hidden]`) and orders gates i, j, f, o;
-  `ElmoLstmLayer` keeps them apart and orders gates i, f, j, o. The forget bias of 1.0 that TensorFlow adds at run
+  `ElmoLstmLayer` keeps them apart and orders gates i, f, j, o. It keeps TensorFlow's `(in, out)` layout for its LSTM
+  kernels, which small-batch steps multiply faster than `(out, in)`. The forget bias of 1.0 that TensorFlow adds at run
   time is not folded into `B` (that would not be invertible in floating point): `ElmoLstmLayer` adds it.
 - `char_embed` has 261 rows; the PyTorch table puts an all-zero row 0 ("no character") in front.
 """
@@ -67,24 +68,24 @@ dense_to_original = dense_from_original  # a transpose is its own inverse
 
 
 def swap_middle_gates(gates: np.ndarray) -> np.ndarray:
-    """i, j, f, o <-> i, f, j, o along the first axis; its own inverse."""
-    i, j, f, o = np.split(gates, 4, axis=0)
-    return np.concatenate([i, f, j, o], axis=0)
+    """i, j, f, o <-> i, f, j, o along the last axis; its own inverse."""
+    i, j, f, o = np.split(gates, 4, axis=-1)
+    return np.concatenate([i, f, j, o], axis=-1)
 
 
 def lstm_from_original(kernel, bias, projection=None):
-    """`W_0` `(in + rec, 4H)`, `B`, `W_P_0` -> input weight `(4H, in)`, recurrent weight `(4H, rec)`, bias, projection."""
+    """`W_0` `(in + rec, 4H)`, `B`, `W_P_0` -> input kernel `(in, 4H)`, recurrent kernel `(rec, 4H)`, bias, projection."""
     recurrent_dim = kernel.shape[1] // 4 if projection is None else projection.shape[1]
     input_dim = kernel.shape[0] - recurrent_dim
-    weights = swap_middle_gates(kernel.T)
-    arrays = (weights[:, :input_dim], weights[:, input_dim:], swap_middle_gates(bias))
-    return arrays if projection is None else (*arrays, projection.T)
+    kernel = swap_middle_gates(kernel)
+    arrays = (kernel[:input_dim], kernel[input_dim:], swap_middle_gates(bias))
+    return arrays if projection is None else (*arrays, projection)
 
 
-def lstm_to_original(input_weight, recurrent_weight, bias, projection=None):
-    kernel = swap_middle_gates(np.concatenate([input_weight, recurrent_weight], axis=1)).T
+def lstm_to_original(input_kernel, recurrent_kernel, bias, projection=None):
+    kernel = swap_middle_gates(np.concatenate([input_kernel, recurrent_kernel], axis=0))
     arrays = (kernel, swap_middle_gates(bias))
-    return arrays if projection is None else (*arrays, projection.T)
+    return arrays if projection is None else (*arrays, projection)
 
 
 # -- the layout of one configuration --------------------------------------------------------------------------------
@@ -122,11 +123,11 @@ def parameter_groups(config: ElmoConfig) -> Iterator[ParameterGroup]:
             prefix = f"RNN_{direction}/RNN/MultiRNNCell/Cell{layer}/LSTMCell/"
             key = f"bilm.{stack}.{layer}."
             names = (prefix + "W_0", prefix + "B")
-            keys = (key + "input_weight", key + "recurrent_weight", key + "bias")
+            keys = (key + "input_kernel", key + "recurrent_kernel", key + "bias")
             shapes = ((projection_dim + recurrent_dim, 4 * cell_dim), (4 * cell_dim,))
             if projected:
                 names += (prefix + "W_P_0",)
-                keys += (key + "projection_weight",)
+                keys += (key + "projection_kernel",)
                 shapes += ((cell_dim, projection_dim),)
             yield ParameterGroup(names, keys, shapes, lstm_from_original, lstm_to_original)
 

@@ -123,7 +123,7 @@ def test_path_selection_follows_autograd(monkeypatch):
 
     model(input_ids, attention_mask=mask).last_hidden_state.sum().backward()
     assert calls == []
-    assert model.bilm.forward_layers[0].recurrent_weight.grad is not None
+    assert model.bilm.forward_layers[0].recurrent_kernel.grad is not None
 
     model.requires_grad_(False)
     output = model(input_ids, attention_mask=mask)

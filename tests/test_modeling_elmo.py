@@ -88,16 +88,16 @@ def test_embed_words_encodes_each_distinct_word_once_with_the_same_result(fixtur
 
 def lstm_equivalent(layer) -> torch.nn.LSTM:
     """`torch.nn.LSTM` with the weights of an unclipped `ElmoLstmLayer` (same i, f, g, o gate order)."""
-    lstm = torch.nn.LSTM(layer.input_weight.shape[1], layer.cell_dim, batch_first=True,
-                         proj_size=layer.projection_weight.shape[0])
-    with torch.no_grad():
-        lstm.weight_ih_l0.copy_(layer.input_weight)
-        lstm.weight_hh_l0.copy_(layer.recurrent_weight)
+    lstm = torch.nn.LSTM(layer.input_kernel.shape[0], layer.cell_dim, batch_first=True,
+                         proj_size=layer.projection_kernel.shape[1])
+    with torch.no_grad():  # nn.LSTM keeps its weights as (out, in)
+        lstm.weight_ih_l0.copy_(layer.input_kernel.t())
+        lstm.weight_hh_l0.copy_(layer.recurrent_kernel.t())
         bias = layer.bias.clone()
         bias[layer.cell_dim : 2 * layer.cell_dim] += FORGET_BIAS
         lstm.bias_ih_l0.copy_(bias)
         lstm.bias_hh_l0.zero_()
-        lstm.weight_hr_l0.copy_(layer.projection_weight)
+        lstm.weight_hr_l0.copy_(layer.projection_kernel.t())
     return lstm
 
 
@@ -212,7 +212,7 @@ def test_clipping_bounds_the_outputs():
     model = ElmoModel(tiny_config(use_skip_connections=False, proj_clip=0.05)).eval()
     with torch.no_grad():
         for layer in list(model.bilm.forward_layers) + list(model.bilm.backward_layers):
-            layer.projection_weight.mul_(100.0)
+            layer.projection_kernel.mul_(100.0)
     batch = ElmoTokenizer(max_characters_per_token=20)([["a", "b", "c"]], is_split_into_words=True,
                                                         return_tensors="pt")
     with torch.no_grad():
@@ -251,7 +251,7 @@ def test_initialisation_follows_bilm_tf():
     assert model.char_encoder.char_embedding.weight[0].eq(0).all()
     assert model.char_encoder.highways[0].gate_bias.eq(-2.0).all()
     assert model.bilm.forward_layers[0].bias.eq(0).all()
-    assert model.bilm.forward_layers[0].input_weight.std() > 0
+    assert model.bilm.forward_layers[0].input_kernel.std() > 0
 
 
 def test_save_and_load_keep_outputs(tiny_model, tiny_batch, tmp_path):

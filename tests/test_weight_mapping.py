@@ -53,12 +53,12 @@ def test_gate_reordering_moves_the_forget_gate():
 def test_lstm_kernel_split_and_layout():
     rng = np.random.default_rng(0)
     kernel, bias, projection = (rng.normal(size=s).astype(np.float32) for s in [(5 + 3, 16), (16,), (4, 3)])
-    input_weight, recurrent_weight, torch_bias, torch_projection = lstm_from_original(kernel, bias, projection)
-    assert input_weight.shape == (16, 5) and recurrent_weight.shape == (16, 3) and torch_projection.shape == (3, 4)
+    input_kernel, recurrent_kernel, torch_bias, torch_projection = lstm_from_original(kernel, bias, projection)
+    assert input_kernel.shape == (5, 16) and recurrent_kernel.shape == (3, 16) and torch_projection.shape == (4, 3)
     # TensorFlow computes [x, h] @ W_0 with gates i, j, f, o; the split weights must give the same pre-activations.
     x, h = rng.normal(size=5).astype(np.float32), rng.normal(size=3).astype(np.float32)
     tf_gates = np.concatenate([x, h]) @ kernel + bias
-    ours = input_weight @ x + recurrent_weight @ h + torch_bias
+    ours = x @ input_kernel + h @ recurrent_kernel + torch_bias
     np.testing.assert_allclose(swap_middle_gates(ours), tf_gates, rtol=1e-5, atol=1e-6)
     for original, restored in zip((kernel, bias, projection), lstm_to_original(*lstm_from_original(kernel, bias,
                                                                                                   projection))):
