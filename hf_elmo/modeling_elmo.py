@@ -230,8 +230,7 @@ class ElmoBiLm(nn.Module):
         input_gates = forward_input.new_empty(2, int(lengths.sum()), 4 * cell)
         for direction, (layer, inputs) in enumerate(zip(layers, (forward_input, backward_input))):
             packed_inputs = inputs[order].transpose(0, 1)[packed_mask]
-            torch.addmm(layer.bias, packed_inputs, layer.input_kernel, out=input_gates[direction])
-        input_gates[..., cell : 2 * cell] += FORGET_BIAS
+            torch.mm(packed_inputs, layer.input_kernel, out=input_gates[direction])
 
         hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
         packed_outputs = forward_input.new_empty(2, input_gates.shape[1], hidden.shape[-1])
@@ -240,12 +239,15 @@ class ElmoBiLm(nn.Module):
         # slower at small batches, where the recurrence is bound by memory traffic.
         for direction, layer in enumerate(layers):
             direction_hidden, direction_memory = hidden[direction], memory[direction]
+            # Added to each step's gates while they are in cache rather than in a pass over all input gates.
+            gate_bias = layer.bias.clone()
+            gate_bias[cell : 2 * cell] += FORGET_BIAS
             offset = 0
             for rows in running:
                 if rows == 0:
                     break
                 step_gates = input_gates[direction, offset : offset + rows]  # overwritten: each is read once
-                step_gates.addmm_(direction_hidden[:rows], layer.recurrent_kernel)
+                step_gates.addmm_(direction_hidden[:rows], layer.recurrent_kernel).add_(gate_bias)
                 in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
                 step_gates[:, : 2 * cell].sigmoid_()
                 out_gate.sigmoid_()
