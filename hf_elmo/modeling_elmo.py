@@ -211,8 +211,9 @@ class ElmoBiLm(nn.Module):
 
         Rows are sorted by length so that the rows still running at any step are a prefix of the batch: padded
         positions cost nothing, ended rows simply keep their final state, and no step needs a mask. The input
-        projection of all valid positions is one matrix product per direction; each step adds its recurrent product to
-        its slice of those input gates and does the gate arithmetic there, in place.
+        projection of all valid positions is one matrix product per direction (of the distinct words, in layer 0);
+        each step adds its recurrent product to its slice of those input gates and does the gate arithmetic there,
+        in place.
 
         Inputs `(batch, steps, projection_dim)` each (the backward one already reversed), `mask` `(batch, steps)`,
         `hidden` `(2, batch, projection_dim)`, `memory` `(2, batch, cell_dim)`. Returns outputs
@@ -228,9 +229,16 @@ class ElmoBiLm(nn.Module):
         running = packed_mask.sum(dim=1).tolist()  # rows still running at each step
 
         input_gates = forward_input.new_empty(2, int(lengths.sum()), 4 * cell)
-        for direction, (layer, inputs) in enumerate(zip(layers, (forward_input, backward_input))):
-            packed_inputs = inputs[order].transpose(0, 1)[packed_mask]
-            torch.mm(packed_inputs, layer.input_kernel, out=input_gates[direction])
+        packed_inputs = [inputs[order].transpose(0, 1)[packed_mask] for inputs in (forward_input, backward_input)]
+        if index == 0:
+            # The first layer reads context-free word vectors, one row per occurrence of a word: project each
+            # distinct row once and copy its gates to every position holding it.
+            distinct, where = torch.unique(torch.cat(packed_inputs), dim=0, return_inverse=True)
+            for direction, (layer, positions) in enumerate(zip(layers, where.chunk(2))):
+                torch.index_select(distinct @ layer.input_kernel, 0, positions, out=input_gates[direction])
+        else:
+            for direction, (layer, inputs) in enumerate(zip(layers, packed_inputs)):
+                torch.mm(inputs, layer.input_kernel, out=input_gates[direction])
 
         hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
         packed_outputs = forward_input.new_empty(2, input_gates.shape[1], hidden.shape[-1])

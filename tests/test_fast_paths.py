@@ -66,6 +66,21 @@ def test_fast_recurrence_matches_reference(config_overrides, lengths, monkeypatc
         assert torch.all(fast.last_hidden_state[~mask.bool()] == 0)
 
 
+def test_fast_recurrence_with_repeated_words(monkeypatch):
+    """The first layer projects each distinct word once; positions sharing a word must still get their own gates."""
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    words, _ = random_batch(config, [3], seed=2)  # three distinct words
+    choices = torch.tensor([[0, 1, 0, 2, 1, 0], [2, 2, 0, 1, 0, 0], [1, 0, 2, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]])
+    input_ids = words[0][choices] * mask[..., None]
+    fast = run_model(model, input_ids, mask, True, monkeypatch)
+    exact = run_model(model, input_ids, mask, False, monkeypatch)
+    assert_outputs_match(fast, exact)
+    assert not torch.equal(fast.last_hidden_state[0, 0], fast.last_hidden_state[0, 2])  # same word, new context
+
+
 def test_fast_recurrence_on_a_long_sentence_with_state_carried_across_windows(monkeypatch):
     torch.manual_seed(0)
     config = tiny_config(projection_dim=32, cell_dim=64)
