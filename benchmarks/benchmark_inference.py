@@ -39,20 +39,20 @@ def load_allennlp(options_file: Path, weight_file: Path):
 
 
 @contextlib.contextmanager
-def recurrence(fast: bool):
-    previous = modeling_elmo._FAST_RECURRENCE
-    modeling_elmo._FAST_RECURRENCE = fast
+def fast_paths(enabled: bool):
+    previous = modeling_elmo._FAST_PATHS
+    modeling_elmo._FAST_PATHS = enabled
     try:
         yield
     finally:
-        modeling_elmo._FAST_RECURRENCE = previous
+        modeling_elmo._FAST_PATHS = previous
 
 
 def hf_elmo_path(model, tokenizer, fast: bool):
-    """From words to `(seconds, top layer with boundary rows, mask)` with hf_elmo's exact or fast recurrence."""
+    """From words to `(seconds, top layer with boundary rows, mask)` with hf_elmo's exact or fast paths."""
 
     def run(batch):
-        with recurrence(fast):
+        with fast_paths(fast):
             began = time.perf_counter()
             encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
             output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
@@ -122,7 +122,7 @@ def main():
     options_file, weight_file = write_random_original_checkpoint(args.checkpoint_dir, config)
     model = load_original(options_file, weight_file).eval()
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
-    paths = {"hf_elmo exact (reference loop)": hf_elmo_path(model, tokenizer, fast=False),
+    paths = {"hf_elmo exact (reference paths)": hf_elmo_path(model, tokenizer, fast=False),
              "hf_elmo fast (default)": hf_elmo_path(model, tokenizer, fast=True)}
     allennlp = load_allennlp(options_file, weight_file)
     if allennlp is not None:
@@ -138,7 +138,7 @@ def main():
             batch_sentences = sentences[:count]
             words = sum(len(sentence) for sentence in batch_sentences)
             results = measure(paths, batch_sentences, batch_size)
-            exact = results["hf_elmo exact (reference loop)"][2]
+            exact = results["hf_elmo exact (reference paths)"][2]
             baseline = results.get("AllenNLP 2.10.1 Elmo")
             for name, (seconds, rss, outputs) in results.items():
                 rows.append(

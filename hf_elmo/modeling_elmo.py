@@ -17,8 +17,9 @@ from .tokenization_elmo import BEGIN_OF_SENTENCE_CHAR, END_OF_SENTENCE_CHAR
 FORGET_BIAS = 1.0
 # Rows of the character table: 261 trained characters after a zero row for "no character".
 CHAR_TABLE_ROWS = 262
-# Tests set this to False to run `ElmoLstmLayer.forward`, the exact reference loop, even when nothing needs gradients.
-_FAST_RECURRENCE = True
+# Tests and benchmarks set this to False to run the exact reference paths (`nn.Conv1d` for the character CNN,
+# `ElmoLstmLayer.forward` for the recurrence) even when nothing needs gradients.
+_FAST_PATHS = True
 # What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
 # `trust_remote_code=True` from the code files saved beside the weights.
 AUTO_MAP = {
@@ -28,6 +29,12 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
     "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
 }
+
+
+def fast_path_allowed(module: nn.Module, *inputs: torch.Tensor) -> bool:
+    """Fast paths run without autograd, so only where nothing in `module` or `inputs` needs gradients."""
+    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, *module.parameters()))
+    return _FAST_PATHS and not needs_grad
 
 
 @dataclass
@@ -81,12 +88,32 @@ class ElmoCharacterEncoder(nn.Module):
 
     def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
         """`char_ids` `(words, max_characters_per_token)` -> `(words, projection_dim)`."""
-        chars = self.char_embedding(char_ids).transpose(1, 2)  # (words, char_dim, chars)
-        pooled = [self.activation(conv(chars).amax(dim=-1)) for conv in self.convolutions]
-        x = torch.cat(pooled, dim=-1)
+        chars = self.char_embedding(char_ids)  # (words, chars, char_dim)
+        if fast_path_allowed(self):
+            pooled = self._max_pooled_by_matmul(chars)
+        else:
+            pooled = torch.cat([conv(chars.transpose(1, 2)).amax(dim=-1) for conv in self.convolutions], dim=-1)
+        x = self.activation(pooled)
         for highway in self.highways:
             x = highway(x)
         return self.projection(x) if self.projection is not None else x
+
+    @torch.no_grad()
+    def _max_pooled_by_matmul(self, chars: torch.Tensor, words_per_chunk: int = 64) -> torch.Tensor:
+        """
+        The convolutions' max over positions, `(words, n_filters)`, as products of each word's character windows
+        `(positions, char_dim * width)` with the flattened filters: equal to the `nn.Conv1d` path within fp32
+        rounding, and ~3x faster on CPU when taken a few words at a time, so that each `(words, positions, filters)`
+        product stays in cache. The bias is added after the max, which commutes with it.
+        """
+        kernels = [conv.weight.flatten(1).t() for conv in self.convolutions]  # (char_dim * width, filters)
+        pooled = []
+        for words in chars.split(words_per_chunk):
+            pooled.append(torch.cat([
+                (words.unfold(1, conv.kernel_size[0], 1).flatten(2) @ kernel).amax(dim=1)
+                for conv, kernel in zip(self.convolutions, kernels)
+            ], dim=-1))
+        return torch.cat(pooled) + torch.cat([conv.bias for conv in self.convolutions])
 
 
 class ElmoLstmLayer(nn.Module):
@@ -166,10 +193,7 @@ class ElmoBiLm(nn.Module):
         state in the layout of the initial one.
         """
         lengths = mask.sum(dim=1)
-        needs_grad = torch.is_grad_enabled() and any(
-            t.requires_grad for t in (tokens, hidden, memory, *self.parameters())
-        )
-        fast = _FAST_RECURRENCE and not needs_grad
+        fast = fast_path_allowed(self, tokens, hidden, memory)
         final_hidden, final_memory = [], []
         layer_outputs = []
         forward_input, backward_input = tokens, reverse_valid_steps(tokens, lengths)

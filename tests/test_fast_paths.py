@@ -1,11 +1,14 @@
-"""Every fast path of `modeling_elmo` against the exact reference loop (`ElmoLstmLayer.forward`), fp32 within 1e-5."""
+"""
+Every fast path of `modeling_elmo` against the exact reference paths (`nn.Conv1d` for the character CNN,
+`ElmoLstmLayer.forward` for the recurrence), fp32 within 1e-5.
+"""
 
 import pytest
 import torch
 
 import hf_elmo.modeling_elmo as modeling_elmo
 from hf_elmo import ElmoModel
-from hf_elmo.modeling_elmo import ElmoBiLm
+from hf_elmo.modeling_elmo import ElmoBiLm, ElmoCharacterEncoder
 
 from conftest import tiny_config
 
@@ -29,7 +32,7 @@ def random_state(config, batch_size, seed=1):
 
 
 def run_model(model, input_ids, mask, fast, monkeypatch, initial_state=None):
-    monkeypatch.setattr(modeling_elmo, "_FAST_RECURRENCE", fast)
+    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", fast)
     with torch.inference_mode():
         return model(input_ids, attention_mask=mask, initial_state=initial_state, return_final_state=True,
                      output_hidden_states=True)
@@ -121,20 +124,46 @@ def test_fast_recurrence_leaves_its_arguments_untouched(monkeypatch):
     assert torch.equal(hidden, copies[0]) and torch.equal(memory, copies[1])
 
 
+@pytest.mark.parametrize(
+    "config_overrides, words",
+    [({}, 1), ({}, 150), ({"activation": "tanh", "filters": [[1, 3], [4, 5], [7, 6]]}, 70)],
+    ids=["one-word", "several-chunks", "tanh-wide-filters"],
+)
+def test_fast_character_cnn_matches_conv1d(config_overrides, words, monkeypatch):
+    """Windows times flattened filters, a chunk of words at a time, against `nn.Conv1d`."""
+    torch.manual_seed(0)
+    config = tiny_config(**config_overrides)
+    encoder = ElmoModel(config).eval().char_encoder
+    with torch.no_grad():
+        for conv in encoder.convolutions:
+            conv.bias.normal_()  # initialised to zero; the fast path adds it after the max
+    char_ids = torch.randint(1, 262, (words, config.max_characters_per_token))
+    char_ids[0, 5:] = 0  # a short word: the padding character fills the rest
+    outputs = {}
+    for fast in (True, False):
+        monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", fast)
+        with torch.inference_mode():
+            outputs[fast] = encoder(char_ids)
+    assert_close(outputs[True], outputs[False])
+
+
 def test_path_selection_follows_autograd(monkeypatch):
-    """Training the biLM takes the differentiable reference loop; a frozen biLM or inference takes the fast one."""
+    """Training the biLM takes the differentiable reference paths; a frozen biLM or inference takes the fast ones."""
     calls = []
-    original = ElmoBiLm._run_layer_in_place
+    spied = {(ElmoBiLm, "_run_layer_in_place"), (ElmoCharacterEncoder, "_max_pooled_by_matmul")}
+    for owner, name in spied:
+        original = getattr(owner, name)
 
-    def spy(self, *args):
-        calls.append(1)
-        return original(self, *args)
+        def spy(self, *args, _original=original, _name=name):
+            calls.append(_name)
+            return _original(self, *args)
 
-    monkeypatch.setattr(ElmoBiLm, "_run_layer_in_place", spy)
+        monkeypatch.setattr(owner, name, spy)
     torch.manual_seed(0)
     config = tiny_config()
     model = ElmoModel(config)
     input_ids, mask = random_batch(config, [4, 2])
+    fast_calls = ["_max_pooled_by_matmul"] + ["_run_layer_in_place"] * config.n_layers
 
     model(input_ids, attention_mask=mask).last_hidden_state.sum().backward()
     assert calls == []
@@ -142,13 +171,13 @@ def test_path_selection_follows_autograd(monkeypatch):
 
     model.requires_grad_(False)
     output = model(input_ids, attention_mask=mask)
-    assert len(calls) == config.n_layers and not output.last_hidden_state.requires_grad
+    assert calls == fast_calls and not output.last_hidden_state.requires_grad
 
     calls.clear()
     model.requires_grad_(True)
     with torch.no_grad():
         model(input_ids, attention_mask=mask)
-    assert len(calls) == config.n_layers
+    assert calls == fast_calls
 
 
 def test_fast_recurrence_on_fixture_checkpoint(fixture_model, fixture_sentences, monkeypatch):
