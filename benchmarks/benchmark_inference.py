@@ -108,6 +108,26 @@ def max_diff(outputs, reference) -> float:
     return worst
 
 
+def step_products_bound(model, batch_size: int, words_per_position: float, repeats: int = 200) -> float:
+    """
+    Words/s that no fp32 implementation on this machine can exceed at `batch_size`: the time of the two matrix
+    products that every LSTM step must do with its own output (`hidden @ recurrent_kernel`, then the projection),
+    timed alone with the weights hot in cache, times the `n_layers * 2` steps each position takes. Input
+    projections, the character CNN and all gate arithmetic are left out, so real throughput is lower.
+    """
+    layer = model.bilm.forward_layers[0]
+    hidden = torch.randn(batch_size, layer.recurrent_kernel.shape[0])
+    cell_output = torch.randn(batch_size, layer.cell_dim)
+    for _ in range(repeats // 10 + 1):  # warm the caches
+        hidden @ layer.recurrent_kernel, cell_output @ layer.projection_kernel
+    began = time.perf_counter()
+    for _ in range(repeats):
+        hidden @ layer.recurrent_kernel, cell_output @ layer.projection_kernel
+    step_seconds = (time.perf_counter() - began) / repeats
+    positions_per_second = batch_size / (step_seconds * 2 * model.config.n_layers)
+    return positions_per_second * words_per_position
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--batch1-sentences", type=int, default=8, help="sentences run one at a time")
@@ -130,13 +150,15 @@ def main():
 
     load_before = f"{os.getloadavg()[0]:.2f}"
     sentences = make_sentences(max(args.batch1_sentences, args.batch32_sentences), seed=0)
-    rows = []
+    rows, bounds = [], {}
     with torch.inference_mode():
         for run in paths.values():  # warm-up: first-call allocations and library initialisation
             run(sentences[:2])
         for batch_size, count in ((1, args.batch1_sentences), (32, args.batch32_sentences)):
             batch_sentences = sentences[:count]
             words = sum(len(sentence) for sentence in batch_sentences)
+            positions = words + 2 * len(batch_sentences)  # with <S> and </S>
+            bounds[batch_size] = step_products_bound(model, batch_size, words / positions)
             results = measure(paths, batch_sentences, batch_size)
             exact = results["hf_elmo exact (reference paths)"][2]
             baseline = results.get("AllenNLP 2.10.1 Elmo")
@@ -160,6 +182,9 @@ def main():
     for name, batch_size, count, speed, ratio, diff_exact, diff_allennlp, rss in rows:
         print(f"| {name} | {batch_size} | {count} | {speed:.1f} | {ratio} | {diff_exact} | {diff_allennlp} "
               f"| {rss:.0f} |")
+    print("\nupper bound from the LSTM steps' recurrent and projection products alone (timed in this run, weights "
+          "in cache; see step_products_bound): " + ", ".join(f"batch {size}: {bound:.0f} words/s"
+                                                         for size, bound in bounds.items()))
 
 
 if __name__ == "__main__":
