@@ -146,9 +146,11 @@ class ElmoLstmLayer(nn.Module):
         `(batch, steps, projection_dim)` (zero at invalid steps) and the state after each row's last valid step.
         """
         input_gates = inputs @ self.input_kernel + self.bias  # every step in one product
-        outputs = inputs.new_zeros(inputs.shape[0], inputs.shape[1], hidden.shape[-1])
-        for step in range(inputs.shape[1]):
-            gates = input_gates[:, step] + hidden @ self.recurrent_kernel
+        # Steps are taken apart with unbind and put together with stack, one autograd node each: indexing a step
+        # of a tensor (or writing one) costs a backward pass over the whole tensor at every step.
+        outputs = []
+        for step, step_input_gates in enumerate(input_gates.unbind(1)):
+            gates = step_input_gates + hidden @ self.recurrent_kernel
             in_gate, forget_gate, cell_input, out_gate = gates.split(self.cell_dim, dim=-1)
             new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(
                 forget_gate + FORGET_BIAS
@@ -163,8 +165,8 @@ class ElmoLstmLayer(nn.Module):
             valid = mask[:, step, None]
             hidden = torch.where(valid, new_hidden, hidden)
             memory = torch.where(valid, new_memory, memory)
-            outputs[:, step] = torch.where(valid, new_hidden, 0.0)
-        return outputs, hidden, memory
+            outputs.append(torch.where(valid, new_hidden, 0.0))
+        return torch.stack(outputs, dim=1), hidden, memory
 
 
 def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
