@@ -32,9 +32,13 @@ AUTO_MAP = {
 
 
 def fast_path_allowed(module: nn.Module, *inputs: torch.Tensor) -> bool:
-    """Fast paths run without autograd, so only where nothing in `module` or `inputs` needs gradients."""
+    """
+    Fast paths run without autograd and in the parameters' dtype: only where nothing in `module` or `inputs` needs
+    gradients and autocast is off (the reference paths follow autocast op by op).
+    """
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, *module.parameters()))
-    return _FAST_PATHS and not needs_grad
+    device_type = next(module.parameters()).device.type
+    return _FAST_PATHS and not needs_grad and not torch.is_autocast_enabled(device_type)
 
 
 @dataclass

@@ -260,3 +260,30 @@ def test_save_and_load_keep_outputs(tiny_model, tiny_batch, tmp_path):
     loaded = ElmoModel.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         assert torch.equal(loaded(**batch).last_hidden_state, tiny_model(**batch).last_hidden_state)
+
+
+@pytest.mark.parametrize("mode", ["bfloat16 weights", "float16 weights", "bfloat16 autocast"])
+def test_reduced_precision_keeps_the_top_layer_direction(fixture_model, fixture_sentences, mode):
+    """
+    The reduced-precision bar of the speed goals: at every valid position, the top layer's cosine similarity with
+    fp32 stays >= 0.999 (trained weights, the fixture's 30 sentences in one padded batch).
+    """
+    import copy
+
+    tokenizer = ElmoTokenizer(max_characters_per_token=fixture_model.config.max_characters_per_token)
+    sentences = [sentence.split() for batch in fixture_sentences for sentence in batch]
+    encoded = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    inputs = dict(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
+    with torch.inference_mode():
+        reference = fixture_model(**inputs).last_hidden_state
+        if mode == "bfloat16 autocast":
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                reduced = fixture_model(**inputs).last_hidden_state
+        else:
+            dtype = torch.bfloat16 if mode == "bfloat16 weights" else torch.float16
+            reduced = copy.deepcopy(fixture_model).to(dtype)(**inputs).last_hidden_state
+    assert reduced.dtype != torch.float32
+    valid = encoded["attention_mask"].bool()
+    cosine = torch.nn.functional.cosine_similarity(reduced[valid].float(), reference[valid], dim=-1)
+    print(f"\n{mode}: top layer cosine with fp32, min {cosine.min().item():.5f}")
+    assert cosine.min().item() >= 0.999
