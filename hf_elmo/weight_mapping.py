@@ -7,9 +7,9 @@ The TensorFlow conventions undone here:
 - Dense kernels are `(in, out)`; `nn.Linear` wants `(out, in)`.
 - `CNN_high_k/W_carry` computes the highway's *gate* and `W_transform` its nonlinear branch.
 - `LSTMCell/W_0` packs the input and recurrent kernels (rows `[input ; hidden]`) and orders gates i, j, f, o;
-  `ElmoLstmLayer` keeps them apart and orders gates i, f, j, o. It keeps TensorFlow's `(in, out)` layout for its LSTM
-  kernels, which small-batch steps multiply faster than `(out, in)`. The forget bias of 1.0 that TensorFlow adds at run
-  time is not folded into `B` (that would not be invertible in floating point): `ElmoLstmLayer` adds it.
+  `ElmoLstmLayer` keeps them apart, in TensorFlow's `(in, out)` layout, and orders gates i, f, j, o. The forget bias
+  of 1.0 that TensorFlow adds at run time is not folded into `B` (that would not be invertible in floating point):
+  `ElmoLstmLayer` adds it.
 - `char_embed` has 261 rows; the PyTorch table puts an all-zero row 0 ("no character") in front.
 """
 
@@ -74,7 +74,7 @@ def swap_middle_gates(gates: np.ndarray) -> np.ndarray:
 
 
 def lstm_from_original(kernel, bias, projection=None):
-    """`W_0` `(in + rec, 4H)`, `B`, `W_P_0` -> input kernel `(in, 4H)`, recurrent kernel `(rec, 4H)`, bias, projection."""
+    """`W_0` `(in + rec, 4H)`, `B`, `W_P_0` -> input kernel `(in, 4H)`, recurrent kernel `(rec, 4H)`, bias, `W_P_0`."""
     recurrent_dim = kernel.shape[1] // 4 if projection is None else projection.shape[1]
     input_dim = kernel.shape[0] - recurrent_dim
     kernel = swap_middle_gates(kernel)
