@@ -309,11 +309,17 @@ def test_handwritten_backward_passes_the_gradient_at_a_clip_boundary(clip):
     assert_gradients_match(gradients["forward_with_handwritten_backward"], gradients["forward"], **GRADIENT_TOLERANCE)
 
 
-def test_handwritten_backward_through_the_whole_model(monkeypatch):
-    """`ElmoModel` from character ids: the character CNN's parameters get their gradients through the biLM's."""
+@pytest.mark.parametrize("frozen", [None, "char_encoder", "bilm"])
+def test_handwritten_backward_through_the_whole_model(frozen, monkeypatch):
+    """
+    `ElmoModel` from character ids: the character CNN's parameters get their gradients through the biLM's inputs.
+    With one part frozen, the backward computes only the gradients that are needed.
+    """
     torch.manual_seed(0)
     config = tiny_config()
     model = ElmoModel(config).train()
+    if frozen is not None:
+        getattr(model, frozen).requires_grad_(False)
     input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
     hidden, memory = (state.requires_grad_() for state in random_state(config, 5))
     generator = torch.Generator().manual_seed(2)
@@ -323,7 +329,8 @@ def test_handwritten_backward_through_the_whole_model(monkeypatch):
         monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", fast)
         output = model(input_ids, attention_mask=mask, initial_state=(hidden, memory), return_final_state=True)
         loss = (output.last_hidden_state * weights).sum() + output.final_state[1].sum()
-        leaves = {"hidden": hidden, "memory": memory, **dict(model.named_parameters())}
+        trained = {name: parameter for name, parameter in model.named_parameters() if parameter.requires_grad}
+        leaves = {"hidden": hidden, "memory": memory, **trained}
         results[fast] = output, dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
     (fast, fast_gradients), (exact, exact_gradients) = results[True], results[False]
     for fast_result, exact_result in zip((fast.last_hidden_state, *fast.final_state),
