@@ -277,6 +277,8 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
             if projection_kernel is not None:
                 projected_grad[step] = new_hidden_grad
                 torch.mul(out_gate, memory_tanh, out=cell_outputs[step])
+                # `kernel @ grad^T` rather than `grad @ kernel^T`, here and for the recurrent kernel: at a small
+                # batch, CPU BLAS runs it two to three times faster.
                 cell_output_grad = (projection_kernel @ new_hidden_grad.t()).t()
             else:
                 cell_output_grad = new_hidden_grad
