@@ -6,8 +6,9 @@
 - converter: seconds of `hf_elmo.conversion.convert` on a random checkpoint of the original shapes (~374 MB);
 - memory: peak resident memory of the process while embedding a 2,000-word document, in windows with the state
   carried from one to the next, and in one piece;
-- training: words/s of one step (forward, scalar loss through a linear head, backward) at batch 32, with the biLM
-  frozen (the fast recurrence applies) and unfrozen (autograd through the exact loop).
+- training: words/s of one step (forward, scalar loss through a linear head, backward, SGD step) at batch 32, with
+  the biLM frozen (the fast recurrence applies) and unfrozen, through the hand-written backward of
+  `ElmoLstmLayerFunction` and through autograd over the exact loop, the three taking turns at every step.
 """
 
 import argparse
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import torch
 
+import hf_elmo.modeling_elmo as modeling_elmo
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.conversion import convert, load_original
 
@@ -45,26 +47,43 @@ def document_peak_memory(model, tokenizer, document, window: int | None) -> tupl
     return peak.peak / 2**20, peak.delta / 2**20
 
 
-def training_words_per_second(model, tokenizer, sentences, frozen: bool, steps: int) -> float:
+# Training settings: (biLM frozen, `modeling_elmo._FAST_PATHS`). Unfrozen with the fast paths off, the recurrence
+# runs the exact loop under autograd; on, it runs `ElmoLstmLayerFunction` and its hand-written backward.
+TRAINING_SETTINGS = {
+    "biLM frozen": (True, True),
+    "biLM unfrozen, exact autograd loop": (False, False),
+    "biLM unfrozen, hand-written backward": (False, True),
+}
+
+
+def training_words_per_second(model, tokenizer, sentences, steps: int) -> dict[str, float]:
+    """Words/s of each of `TRAINING_SETTINGS`, which take turns at every step so that they share the machine alike."""
     model.train()
-    model.requires_grad_(not frozen)
-    head = torch.nn.Linear(model.config.hidden_size, 1)
-    optimizer = torch.optim.SGD([*head.parameters(), *(p for p in model.parameters() if p.requires_grad)], lr=1e-6)
-    words, seconds = 0, 0.0
+    heads = {name: torch.nn.Linear(model.config.hidden_size, 1) for name in TRAINING_SETTINGS}
+    optimizers = {
+        name: torch.optim.SGD([*heads[name].parameters(), *([] if frozen else model.parameters())], lr=1e-6)
+        for name, (frozen, _) in TRAINING_SETTINGS.items()
+    }
+    words, seconds = dict.fromkeys(TRAINING_SETTINGS, 0), dict.fromkeys(TRAINING_SETTINGS, 0.0)
+    fast_paths = modeling_elmo._FAST_PATHS
     for step in range(steps + 1):  # the first step warms up and is not counted
         batch = sentences[32 * step : 32 * (step + 1)]
-        began = time.perf_counter()
-        encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
-        output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
-        loss = head(output.last_hidden_state).mean()
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad()
-        if step:
-            seconds += time.perf_counter() - began
-            words += sum(len(sentence) for sentence in batch)
+        for name, (frozen, fast) in TRAINING_SETTINGS.items():
+            model.requires_grad_(not frozen)
+            modeling_elmo._FAST_PATHS = fast
+            began = time.perf_counter()
+            encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+            output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
+            loss = heads[name](output.last_hidden_state).mean()
+            loss.backward()
+            optimizers[name].step()
+            optimizers[name].zero_grad()
+            if step:
+                seconds[name] += time.perf_counter() - began
+                words[name] += sum(len(sentence) for sentence in batch)
+    modeling_elmo._FAST_PATHS = fast_paths
     model.eval().requires_grad_(True)
-    return words / seconds
+    return {name: words[name] / seconds[name] for name in TRAINING_SETTINGS}
 
 
 def main():
@@ -106,10 +125,9 @@ def main():
                      f"< {model_mb + 1024:,.0f} MB (model {model_mb:.0f} MB + 1 GB)"))
 
     train_sentences = make_sentences(32 * (args.training_steps + 1), seed=3)
-    for frozen in (True, False):
-        speed = training_words_per_second(model, tokenizer, train_sentences, frozen, args.training_steps)
-        rows.append((f"training step, batch 32, biLM {'frozen' if frozen else 'unfrozen'}", f"{speed:.1f} words/s",
-                     "reported"))
+    speeds = training_words_per_second(model, tokenizer, train_sentences, args.training_steps)
+    for name, speed in speeds.items():
+        rows.append((f"training step, batch 32, {name}", f"{speed:.1f} words/s", "reported"))
 
     print(f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32; process RSS at the end "
           f"{rss_bytes() / 2**20:,.0f} MB; load average before / after: {load_before} / {os.getloadavg()[0]:.2f}\n")

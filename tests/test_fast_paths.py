@@ -1,6 +1,7 @@
 """
 Every fast path of `modeling_elmo` against the exact reference paths (`nn.Conv1d` for the character CNN,
-`ElmoLstmLayer.forward` for the recurrence), fp32 within 1e-5.
+`ElmoLstmLayer.forward` for the recurrence), fp32 within 1e-5; and the hand-written backward of the recurrence
+(`ElmoLstmLayerFunction`) against autograd through the reference loop.
 """
 
 import pytest
@@ -8,7 +9,7 @@ import torch
 
 import hf_elmo.modeling_elmo as modeling_elmo
 from hf_elmo import ElmoModel
-from hf_elmo.modeling_elmo import ElmoBiLm, ElmoCharacterEncoder
+from hf_elmo.modeling_elmo import ElmoBiLm, ElmoCharacterEncoder, ElmoLstmLayer, ElmoLstmLayerFunction
 
 from conftest import tiny_config
 
@@ -147,10 +148,205 @@ def test_fast_character_cnn_matches_conv1d(config_overrides, words, monkeypatch)
     assert_close(outputs[True], outputs[False])
 
 
+# Gradients of the hand-written backward (`ElmoLstmLayerFunction`) against autograd through the reference loop.
+# `atol` is per unit of each gradient's largest magnitude (see `assert_gradients_match`).
+GRADIENT_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}
+
+
+def bilm_with_weights_of_scale(config, scale, dtype=torch.float32, seed=0):
+    """An `ElmoBiLm` whose parameters are normal with std `scale`: large enough for memories and outputs to reach the
+    clips (at 1.0 the gates saturate, and float32 rounding grows too much for tight gradient comparisons)."""
+    torch.manual_seed(seed)
+    bilm = ElmoBiLm(config).to(dtype)
+    with torch.no_grad():
+        for parameter in bilm.parameters():
+            parameter.normal_(std=scale)
+    return bilm
+
+
+def bilm_leaves(config, lengths, initial_state, dtype=torch.float32, seed=1):
+    """Random tokens (padded positions too), the mask, and a zero or random initial state, all requiring grad."""
+    generator = torch.Generator().manual_seed(seed)
+    batch_size, steps = len(lengths), max(lengths)
+    mask = torch.arange(steps) < torch.tensor(lengths)[:, None]
+    tokens = torch.randn(batch_size, steps, config.projection_dim, generator=generator, dtype=dtype)
+    state_shape = (config.n_layers, 2, batch_size)
+    hidden = torch.zeros(*state_shape, config.projection_dim, dtype=dtype)
+    memory = torch.zeros(*state_shape, config.cell_dim, dtype=dtype)
+    if initial_state == "random":
+        hidden, memory = torch.randn_like(hidden), 3 * torch.randn_like(memory)
+    return mask, *(leaf.requires_grad_() for leaf in (tokens, hidden, memory))
+
+
+def bilm_results_and_gradients(bilm, mask, tokens, hidden, memory, fast, monkeypatch):
+    """
+    Every layer's output and the final state under autograd, and the gradients of a fixed random linear function of
+    all of them with respect to the tokens, the initial state and every parameter, by name.
+    """
+    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", fast)
+    layer_outputs, final_hidden, final_memory = bilm(tokens, mask, hidden, memory)
+    results = [*layer_outputs, final_hidden, final_memory]
+    generator = torch.Generator().manual_seed(2)
+    loss = sum((result * torch.randn(result.shape, generator=generator).to(result.dtype)).sum()
+               for result in results)
+    leaves = {"tokens": tokens, "hidden": hidden, "memory": memory, **dict(bilm.named_parameters())}
+    gradients = torch.autograd.grad(loss, list(leaves.values()))
+    return [result.detach() for result in results], dict(zip(leaves, gradients))
+
+
+def assert_gradients_match(handwritten, reference, atol, rtol):
+    """
+    Each gradient within `atol` times its largest magnitude (at least 1) plus `rtol` times itself. In float32 either
+    path's sums over steps, rows and layers are off by about 1e-6 of the largest magnitude: against float64, the
+    reference's own gradients at magnitudes near 10 are off by up to 1.2e-5.
+    """
+    assert handwritten.keys() == reference.keys()
+    for name in reference:
+        scale = max(reference[name].abs().max().item(), 1.0)
+        torch.testing.assert_close(handwritten[name], reference[name], atol=atol * scale, rtol=rtol,
+                                   msg=lambda message, name=name: f"{name}: {message}")
+
+
+@pytest.mark.parametrize(
+    "config_overrides, scale",
+    [
+        ({"cell_clip": 1.0, "proj_clip": 0.5}, 0.5),  # a tenth to a third of the memories and outputs are clipped
+        ({"cell_clip": None, "proj_clip": None}, 0.5),
+        ({"projection_dim": 16, "use_skip_connections": False, "cell_clip": 1.0}, 0.5),  # no projection, no proj_clip
+    ],
+    ids=["projected-clipped", "unclipped", "unprojected"],
+)
+@pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2], [6, 0, 3]], ids=["batch1", "padded", "empty-row"])
+@pytest.mark.parametrize("initial_state", ["zeros", "random"])
+def test_handwritten_backward_matches_autograd_through_reference(config_overrides, scale, lengths, initial_state,
+                                                                  monkeypatch):
+    config = tiny_config(**config_overrides)
+    bilm = bilm_with_weights_of_scale(config, scale)
+    leaves = bilm_leaves(config, lengths, initial_state)
+    exact, exact_gradients = bilm_results_and_gradients(bilm, *leaves, False, monkeypatch)
+    fast, fast_gradients = bilm_results_and_gradients(bilm, *leaves, True, monkeypatch)
+    for fast_result, exact_result in zip(fast, exact, strict=True):
+        assert_close(fast_result, exact_result)
+    assert_gradients_match(fast_gradients, exact_gradients, **GRADIENT_TOLERANCE)
+    # The clips were hit, so their gradients were tested.
+    if config.cell_clip is not None:
+        assert (exact[-1].abs() == config.cell_clip).any()  # the final memory
+    if bilm.forward_layers[0].proj_clip is not None:
+        assert (exact[0].abs() == config.proj_clip).any()  # the first layer's outputs
+
+
+def test_handwritten_backward_matches_autograd_through_reference_in_float64(monkeypatch):
+    """Saturated gates and the clips hit often, where float32 rounding would hide small errors."""
+    config = tiny_config()
+    bilm = bilm_with_weights_of_scale(config, 1.0, torch.float64)
+    leaves = bilm_leaves(config, [9, 4, 1, 9, 2], "random", torch.float64)
+    exact, exact_gradients = bilm_results_and_gradients(bilm, *leaves, False, monkeypatch)
+    fast, fast_gradients = bilm_results_and_gradients(bilm, *leaves, True, monkeypatch)
+    for fast_result, exact_result in zip(fast, exact, strict=True):
+        torch.testing.assert_close(fast_result, exact_result, atol=1e-12, rtol=0)
+    assert_gradients_match(fast_gradients, exact_gradients, atol=1e-10, rtol=0)
+    assert (exact[-1].abs() == config.cell_clip).any() and (exact[0].abs() == config.proj_clip).any()
+
+
+@pytest.mark.parametrize("projected", [True, False], ids=["projected-clipped", "unprojected"])
+def test_handwritten_backward_passes_gradcheck(projected):
+    """Finite differences in float64 with both clips active (the seed leaves no value within `eps` of a clip)."""
+    config = tiny_config(projection_dim=3 if projected else 4, cell_dim=4, cell_clip=1.0, proj_clip=0.5)
+    layer = ElmoLstmLayer(config).double()
+    generator = torch.Generator().manual_seed(0)
+    parameters = [torch.randn(p.shape, generator=generator, dtype=torch.float64).requires_grad_()
+                  for p in (layer.input_kernel, layer.recurrent_kernel, layer.bias, layer.projection_kernel)
+                  if p is not None]
+    input_dim, recurrent_dim = layer.input_kernel.shape[0], layer.recurrent_kernel.shape[0]
+    inputs = torch.randn(3, 5, input_dim, generator=generator, dtype=torch.float64).requires_grad_()
+    hidden = torch.randn(3, recurrent_dim, generator=generator, dtype=torch.float64).requires_grad_()
+    memory = torch.randn(3, config.cell_dim, generator=generator, dtype=torch.float64).requires_grad_()
+    mask = torch.arange(5) < torch.tensor([5, 1, 3])[:, None]
+
+    def layer_function(inputs, hidden, memory, *parameters):
+        projection_kernel = parameters[3] if projected else None
+        return ElmoLstmLayerFunction.apply(inputs, mask, hidden, memory, *parameters[:3], projection_kernel,
+                                           layer.cell_clip, layer.proj_clip)
+
+    outputs, _, final_memory = layer_function(inputs, hidden, memory, *parameters)
+    assert (final_memory.abs() == config.cell_clip).any()
+    assert (outputs.abs() == config.proj_clip).any() == projected  # an unprojected layer is not clipped
+    assert torch.autograd.gradcheck(layer_function, (inputs, hidden, memory, *parameters))
+
+
+@pytest.mark.parametrize("clip", ["cell_clip", "proj_clip"])
+def test_handwritten_backward_passes_the_gradient_at_a_clip_boundary(clip):
+    """
+    `torch.clamp` passes the gradient where its input equals a bound. Each path gets the clip set to one of the values
+    it computes at the first step without the clip (the paths can differ in the last bit: a slice's sigmoid is not
+    always rounded as the same values' sigmoid in a wider slice), so a gradient stopped at the bound would show.
+    """
+    config = tiny_config(cell_clip=None, proj_clip=None)
+    layer = ElmoLstmLayer(config)
+    torch.manual_seed(0)
+    with torch.no_grad():
+        for parameter in layer.parameters():
+            parameter.normal_()
+        layer.input_kernel.zero_()
+    inputs = torch.randn(2, 3, config.projection_dim)
+    mask = torch.ones(2, 3, dtype=torch.bool)
+    hidden, memory = torch.zeros(2, config.projection_dim), torch.zeros(2, config.cell_dim)
+
+    def first_step_value(run):
+        outputs, _, memory_after = run(inputs[:, :1], mask[:, :1], hidden, memory)
+        return (memory_after if clip == "cell_clip" else outputs[:, 0])[0, 0].abs().item()
+
+    gradients = {}
+    for run in (layer.forward, layer.forward_with_handwritten_backward):
+        setattr(layer, clip, None)
+        boundary = first_step_value(run)
+        setattr(layer, clip, boundary)
+        assert first_step_value(run) == boundary
+        outputs, _, final_memory = run(inputs, mask, hidden, memory)
+        parameters = dict(layer.named_parameters())
+        loss = outputs.sum() + final_memory.sum()
+        gradients[run.__name__] = dict(zip(parameters, torch.autograd.grad(loss, list(parameters.values()))))
+    assert_gradients_match(gradients["forward_with_handwritten_backward"], gradients["forward"], **GRADIENT_TOLERANCE)
+
+
+@pytest.mark.parametrize("frozen", [None, "char_encoder", "bilm"])
+def test_handwritten_backward_through_the_whole_model(frozen, monkeypatch):
+    """
+    `ElmoModel` from character ids: the character CNN's parameters get their gradients through the biLM's inputs.
+    With one part frozen, the backward computes only the gradients that are needed.
+    """
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).train()
+    if frozen is not None:
+        getattr(model, frozen).requires_grad_(False)
+    input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
+    hidden, memory = (state.requires_grad_() for state in random_state(config, 5))
+    generator = torch.Generator().manual_seed(2)
+    weights = torch.randn(5, 9, 2 * config.projection_dim, generator=generator)
+    results = {}
+    for fast in (False, True):
+        monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", fast)
+        output = model(input_ids, attention_mask=mask, initial_state=(hidden, memory), return_final_state=True)
+        loss = (output.last_hidden_state * weights).sum() + output.final_state[1].sum()
+        trained = {name: parameter for name, parameter in model.named_parameters() if parameter.requires_grad}
+        leaves = {"hidden": hidden, "memory": memory, **trained}
+        results[fast] = output, dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
+    (fast, fast_gradients), (exact, exact_gradients) = results[True], results[False]
+    for fast_result, exact_result in zip((fast.last_hidden_state, *fast.final_state),
+                                         (exact.last_hidden_state, *exact.final_state)):
+        assert_close(fast_result.detach(), exact_result.detach())
+    assert_gradients_match(fast_gradients, exact_gradients, **GRADIENT_TOLERANCE)
+
+
 def test_path_selection_follows_autograd(monkeypatch):
-    """Training the biLM takes the differentiable reference paths; a frozen biLM or inference takes the fast ones."""
+    """
+    Training the biLM takes the hand-written backward (autograd through the reference loop with the fast paths off)
+    and `nn.Conv1d`; a frozen biLM or inference takes the fast paths.
+    """
     calls = []
-    spied = {(ElmoBiLm, "_run_layer_in_place"), (ElmoCharacterEncoder, "_max_pooled_by_matmul")}
+    spied = {(ElmoBiLm, "_run_layer_in_place"), (ElmoCharacterEncoder, "_max_pooled_by_matmul"),
+             (ElmoLstmLayer, "forward"), (ElmoLstmLayer, "forward_with_handwritten_backward")}
     for owner, name in spied:
         original = getattr(owner, name)
 
@@ -166,8 +362,16 @@ def test_path_selection_follows_autograd(monkeypatch):
     fast_calls = ["_max_pooled_by_matmul"] + ["_run_layer_in_place"] * config.n_layers
 
     model(input_ids, attention_mask=mask).last_hidden_state.sum().backward()
-    assert calls == []
+    assert calls == ["forward_with_handwritten_backward"] * 2 * config.n_layers
     assert model.bilm.forward_layers[0].recurrent_kernel.grad is not None
+
+    calls.clear()
+    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", False)
+    model(input_ids, attention_mask=mask).last_hidden_state.sum().backward()
+    assert calls == ["forward"] * 2 * config.n_layers
+    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", True)
+
+    calls.clear()
 
     model.requires_grad_(False)
     output = model(input_ids, attention_mask=mask)
