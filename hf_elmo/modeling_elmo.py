@@ -38,8 +38,12 @@ def fast_path_allowed(module: nn.Module, *inputs: torch.Tensor) -> bool:
     gradients and autocast is off (the reference paths follow autocast op by op).
     """
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, *module.parameters()))
-    device_type = next(module.parameters()).device.type
-    return _FAST_PATHS and not needs_grad and not torch.is_autocast_enabled(device_type)
+    return _FAST_PATHS and not needs_grad and not autocast_enabled(module)
+
+
+def autocast_enabled(module: nn.Module) -> bool:
+    """Whether autocast is on for the device of `module`'s parameters."""
+    return torch.is_autocast_enabled(next(module.parameters()).device.type)
 
 
 @dataclass
@@ -355,11 +359,12 @@ class ElmoBiLm(nn.Module):
                 )
             else:
                 # Under autograd: the reference loop's results with a hand-written backward, or the reference loop
-                # itself when the fast paths are off.
+                # itself when the fast paths are off or autocast picks each operation's dtype.
+                handwritten_backward = _FAST_PATHS and not autocast_enabled(self)
                 directions = []
                 layers_and_inputs = ((forward_layer, forward_input), (backward_layer, backward_input))
                 for direction, (layer, inputs) in enumerate(layers_and_inputs):
-                    run = layer.forward_with_handwritten_backward if _FAST_PATHS else layer
+                    run = layer.forward_with_handwritten_backward if handwritten_backward else layer
                     directions.append(run(inputs, mask, hidden[index, direction], memory[index, direction]))
                 (forward_output, forward_h, forward_c), (backward_output, backward_h, backward_c) = directions
                 layer_hidden, layer_memory = torch.stack([forward_h, backward_h]), torch.stack([forward_c, backward_c])
@@ -500,7 +505,7 @@ class ElmoScalarMix(nn.Module):
         self.gamma.fill_(1.0)
 
     def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
-        """`layers`: `num_layers` tensors `(batch, positions, dim)`; `mask` `(batch, positions)` -> `(batch, positions, dim)`."""
+        """`layers`: `num_layers` tensors `(batch, positions, dim)`; `mask` `(batch, positions)`. Returns their mix."""
         if len(layers) != self.num_layers:
             raise ValueError(f"ElmoScalarMix expects {self.num_layers} layers, got {len(layers)}")
         weights = torch.softmax(self.scalar_parameters, dim=0)
@@ -751,7 +756,9 @@ class ElmoTaskEncoder(nn.Module):
         self.output_dim = 2 * config.task_lstm_dim if self.lstm is not None else width
 
     def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
-        """`layers` the biLM's `n_layers + 1` outputs, `mask` `(batch, positions)` -> `(batch, positions, output_dim)`."""
+        """
+        `layers` the biLM's `n_layers + 1` outputs, `mask` `(batch, positions)` -> `(batch, positions, output_dim)`.
+        """
         features = self.mix(layers, mask)
         if self.concat_token_representation:
             # Layer 0 is [x ; x]: its first half is the context-independent representation.

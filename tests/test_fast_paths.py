@@ -383,6 +383,13 @@ def test_path_selection_follows_autograd(monkeypatch):
         model(input_ids, attention_mask=mask)
     assert calls == fast_calls
 
+    # Under autocast every path is the reference one, which lets autocast pick each operation's dtype.
+    for grad_enabled in (False, True):
+        calls.clear()
+        with torch.set_grad_enabled(grad_enabled), torch.autocast("cpu", dtype=torch.bfloat16):
+            model(input_ids, attention_mask=mask)
+        assert calls == ["forward"] * 2 * config.n_layers
+
 
 def test_fast_recurrence_on_fixture_checkpoint(fixture_model, fixture_sentences, monkeypatch):
     """The released-format test checkpoint, real sentences, batch of 10 with padding."""
