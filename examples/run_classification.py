@@ -30,7 +30,9 @@ HEAD_OPTIONS = ("task_lstm_dim", "pooling", "mix_dropout", "mix_layer_norm", "mi
 
 @dataclass
 class ModelArguments:
-    model_name_or_path: str = field(metadata={"help": "an ElmoModel folder or a fine-tuned classifier (path or Hub id)"})
+    model_name_or_path: str = field(
+        metadata={"help": "an ElmoModel folder or a fine-tuned classifier (path or Hub id)"}
+    )
     freeze_bilm: bool = field(default=True, metadata={"help": "train only the layer mix and the head (the paper)"})
     task_lstm_dim: int | None = field(default=None, metadata={"help": "units per direction of a task BiLSTM"})
     pooling: str | None = field(default=None, metadata={"help": "mean, max or mean_max over the words"})

@@ -57,7 +57,9 @@ class DataTrainingArguments:
     test_file: str | None = field(default=None, metadata={"help": "CoNLL, csv or json(l) test file"})
     tokens_column: str = field(default="tokens", metadata={"help": "csv/json column holding the words"})
     tags_column: str = field(default="tags", metadata={"help": "csv/json column holding the tags"})
-    max_seq_length: int | None = field(default=None, metadata={"help": "positions kept per sentence, <S>/</S> included"})
+    max_seq_length: int | None = field(
+        default=None, metadata={"help": "positions kept per sentence, <S>/</S> included"}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training sentences"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "keep the first N validation sentences"})
     max_predict_samples: int | None = field(default=None, metadata={"help": "keep the first N test sentences"})
@@ -127,7 +129,9 @@ def load_splits(data_args: DataTrainingArguments) -> DatasetDict:
 
 def tag_names(raw: DatasetDict, config) -> list[str]:
     """The tags by id: the fine-tuned model's own when they cover the data, else the data's tags, `O` first."""
-    seen = {tag for dataset in raw.values() if "tags" in dataset.column_names for tags in dataset["tags"] for tag in tags}
+    seen = {
+        tag for dataset in raw.values() if "tags" in dataset.column_names for tags in dataset["tags"] for tag in tags
+    }
     if not seen:
         raise ValueError("no split has tags")
     saved = [config.id2label[i] for i in range(len(config.id2label))] if config is not None else []

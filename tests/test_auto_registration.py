@@ -10,7 +10,14 @@ import pytest
 import torch
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoTokenizer
 
-from hf_elmo import ElmoConfig, ElmoForPreTraining, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from hf_elmo import (
+    ElmoConfig,
+    ElmoForPreTraining,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
 
 from conftest import tiny_config, write_original_checkpoint
 

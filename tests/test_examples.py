@@ -1,4 +1,4 @@
-"""The fine-tuning examples run end to end on tiny local files, and their output folders reload with the Auto classes."""
+"""The fine-tuning examples run end to end on tiny local files; their output folders reload with the Auto classes."""
 
 import csv
 import json

@@ -72,7 +72,7 @@ def test_scalar_mix_fixed_weights_do_not_train_and_penalty_is_l2():
         ElmoScalarMix(3, fixed_weights=[1.0])
 
 
-# -- heads ---------------------------------------------------------------------------------------------------------------
+# -- heads -------------------------------------------------------------------------------------------------------------
 
 
 def test_freeze_bilm_default_trains_only_mix_and_head(tiny_tokenizer):

@@ -29,8 +29,8 @@ def test_lone_surrogates_vanish():
 
 
 def test_other_row_widths():
-    assert word_to_char_ids("abcdefghijklmnopqrstuvwxyzabcdefghij", 30) == expected_row(list(b"abcdefghijklmnopqrstuvwxyzab"),
-                                                                                          width=30)
+    expected = expected_row(list(b"abcdefghijklmnopqrstuvwxyzab"), width=30)
+    assert word_to_char_ids("abcdefghijklmnopqrstuvwxyzabcdefghij", 30) == expected
 
 
 def test_boundary_rows_and_their_words():

@@ -47,8 +47,8 @@ def base_checkpoint(tmp_path) -> Path:
 
 def training_args(output_dir, **overrides) -> TrainingArguments:
     options = dict(output_dir=str(output_dir), per_device_train_batch_size=8, num_train_epochs=8,
-                   learning_rate=0.1, lr_scheduler_type="constant", report_to="none", save_strategy="no", seed=0, disable_tqdm=True,
-                   use_cpu=not torch.cuda.is_available())
+                   learning_rate=0.1, lr_scheduler_type="constant", report_to="none", save_strategy="no", seed=0,
+                   disable_tqdm=True, use_cpu=not torch.cuda.is_available())
     options.update(overrides)
     return TrainingArguments(**options)
 
@@ -129,8 +129,9 @@ def test_torchrun_ddp_on_cpu(tmp_path):
     ElmoTokenizer(max_characters_per_token=20).save_pretrained(model_dir)
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)]),
            "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(free_port()),
-               str(TESTS_DIR / "trainer_ddp_worker.py"), str(model_dir), str(tmp_path)]
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+               "--master_port", str(free_port()), str(TESTS_DIR / "trainer_ddp_worker.py"),
+               str(model_dir), str(tmp_path)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]

@@ -20,8 +20,8 @@ def main(model_dir: str, output_dir: str) -> None:
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
     model = ElmoForSequenceClassification.from_pretrained(model_dir, num_labels=2, mix_dropout=0.1)
     args = TrainingArguments(output_dir=output_dir, use_cpu=True, ddp_backend="gloo", per_device_train_batch_size=8,
-                             num_train_epochs=16, learning_rate=0.1, lr_scheduler_type="constant", report_to="none", save_strategy="no",
-                             seed=0, disable_tqdm=True)
+                             num_train_epochs=16, learning_rate=0.1, lr_scheduler_type="constant", report_to="none",
+                             save_strategy="no", seed=0, disable_tqdm=True)
     trainer = Trainer(model=model, args=args, processing_class=tokenizer,
                       train_dataset=sentence_dataset(tokenizer, 64, seed=0),
                       eval_dataset=sentence_dataset(tokenizer, 32, seed=1))
