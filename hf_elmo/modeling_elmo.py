@@ -1,5 +1,6 @@
 """ELMo (Peters et al., 2018): a character CNN feeding two independent stacks of projected, clipped LSTMs."""
 
+import itertools
 from dataclasses import dataclass
 
 import torch
@@ -21,6 +22,8 @@ CHAR_TABLE_ROWS = 262
 # `ElmoLstmLayer.forward` for the recurrence) even when nothing needs gradients, and autograd through the reference
 # loop instead of `ElmoLstmLayerFunction` when the biLM trains.
 _FAST_PATHS = True
+# Packed rows of input gates the fast recurrence computes at a time (16 MB at the original shapes).
+GATE_CHUNK_ROWS = 256
 # What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
 # `trust_remote_code=True` from the code files saved beside the weights.
 AUTO_MAP = {
@@ -322,6 +325,20 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         )
 
 
+def gate_chunks(step_starts: list[int], max_rows: int) -> list[tuple[int, int]]:
+    """
+    Consecutive steps grouped into `(first, end)` ranges of at most `max_rows` packed rows (a step with more rows is a
+    range of its own). Step `s` owns rows `step_starts[s]:step_starts[s + 1]`.
+    """
+    chunks, first = [], 0
+    steps = len(step_starts) - 1
+    for step in range(steps):
+        if step > first and step_starts[step + 1] - step_starts[first] > max_rows:
+            chunks.append((first, step))
+            first = step
+    return chunks + [(first, steps)] if steps > 0 else []
+
+
 def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverses the first `lengths[b]` steps of each row `b` of `x` `(batch, steps, ...)`; the rest stay in place."""
     steps = torch.arange(x.shape[1], device=x.device)
@@ -392,10 +409,10 @@ class ElmoBiLm(nn.Module):
         direction's [`ElmoLstmLayer.forward`] within fp32 rounding.
 
         Rows are sorted by length so that the rows still running at any step are a prefix of the batch: padded
-        positions cost nothing, ended rows simply keep their final state, and no step needs a mask. The input
-        projection of all valid positions is one matrix product per direction (of the distinct words, in layer 0);
-        each step adds its recurrent product to its slice of those input gates and does the gate arithmetic there,
-        in place.
+        positions cost nothing, ended rows simply keep their final state, and no step needs a mask. The input gates
+        of the valid positions come `GATE_CHUNK_ROWS` packed rows at a time, from one matrix product (in layer 0, a
+        copy from the gates of the distinct words, each projected once); each step adds its recurrent product to its
+        slice of those input gates and does the gate arithmetic there, in place.
 
         Inputs `(batch, steps, projection_dim)` each (the backward one already reversed), `mask` `(batch, steps)`,
         `hidden` `(2, batch, projection_dim)`, `memory` `(2, batch, cell_dim)`. Returns outputs
@@ -408,23 +425,25 @@ class ElmoBiLm(nn.Module):
         lengths = mask.sum(dim=1)
         order = torch.argsort(lengths, descending=True, stable=True)
         packed_mask = mask[order].t()  # (steps, batch): the valid positions in time-major order
-        running = packed_mask.sum(dim=1).tolist()  # rows still running at each step
+        running = [rows for rows in packed_mask.sum(dim=1).tolist() if rows > 0]  # rows still running at each step
+        step_starts = [0, *itertools.accumulate(running)]  # step `s` owns rows `step_starts[s]:step_starts[s + 1]`
+        chunks = gate_chunks(step_starts, GATE_CHUNK_ROWS)
 
-        input_gates = forward_input.new_empty(2, int(lengths.sum()), 4 * cell)
         packed_inputs = [inputs[order].transpose(0, 1)[packed_mask] for inputs in (forward_input, backward_input)]
         if index == 0:
             # The first layer reads context-free word vectors, one row per occurrence of a word: project each
             # distinct row once and copy its gates to every position holding it.
             distinct, where = torch.unique(torch.cat(packed_inputs), dim=0, return_inverse=True)
-            for direction, (layer, positions) in enumerate(zip(layers, where.chunk(2))):
-                torch.index_select(distinct @ layer.input_kernel, 0, positions, out=input_gates[direction])
-        else:
-            for direction, (layer, inputs) in enumerate(zip(layers, packed_inputs)):
-                torch.mm(inputs, layer.input_kernel, out=input_gates[direction])
+            distinct_gates = [distinct @ layer.input_kernel for layer in layers]
+            positions = where.chunk(2)
 
         hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
-        packed_outputs = forward_input.new_empty(2, input_gates.shape[1], hidden.shape[-1])
+        packed_outputs = forward_input.new_empty(2, step_starts[-1], hidden.shape[-1])
         cell_output = forward_input.new_empty(batch_size, cell) if projected else None
+        # The input gates of a chunk of steps at a time, in one buffer: small enough to stay in cache between their
+        # product and their steps, and to be reused rather than freshly mapped (page faults) for every chunk.
+        largest_chunk = max((step_starts[end] - step_starts[first] for first, end in chunks), default=0)
+        gate_buffer = forward_input.new_empty(largest_chunk, 4 * cell)
         # One direction after the other: interleaving them per step doubles the weights each step reads, which is
         # slower at small batches, where the recurrence is bound by memory traffic.
         for direction, layer in enumerate(layers):
@@ -432,29 +451,33 @@ class ElmoBiLm(nn.Module):
             # Added to each step's gates while they are in cache rather than in a pass over all input gates.
             gate_bias = layer.bias.clone()
             gate_bias[cell : 2 * cell] += FORGET_BIAS
-            offset = 0
-            for rows in running:
-                if rows == 0:
-                    break
-                step_gates = input_gates[direction, offset : offset + rows]  # overwritten: each is read once
-                step_gates.addmm_(direction_hidden[:rows], layer.recurrent_kernel).add_(gate_bias)
-                in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
-                step_gates[:, : 2 * cell].sigmoid_()
-                out_gate.sigmoid_()
-                step_memory = direction_memory[:rows]
-                step_memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
-                if cell_clip is not None:
-                    step_memory.clamp_(-cell_clip, cell_clip)
-                step_hidden = direction_hidden[:rows]
-                if projected:
-                    torch.tanh(step_memory, out=cell_output[:rows]).mul_(out_gate)
-                    torch.mm(cell_output[:rows], layer.projection_kernel, out=step_hidden)
+            for first_step, end_step in chunks:
+                chunk = slice(step_starts[first_step], step_starts[end_step])
+                chunk_gates = gate_buffer[: chunk.stop - chunk.start]
+                if index == 0:
+                    torch.index_select(distinct_gates[direction], 0, positions[direction][chunk], out=chunk_gates)
                 else:
-                    torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
-                if proj_clip is not None:
-                    step_hidden.clamp_(-proj_clip, proj_clip)
-                packed_outputs[direction, offset : offset + rows] = step_hidden
-                offset += rows
+                    torch.mm(packed_inputs[direction][chunk], layer.input_kernel, out=chunk_gates)
+                for step in range(first_step, end_step):
+                    rows, start = running[step], step_starts[step] - chunk.start
+                    step_gates = chunk_gates[start : start + rows]  # overwritten in place: each is read once
+                    step_gates.addmm_(direction_hidden[:rows], layer.recurrent_kernel).add_(gate_bias)
+                    in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
+                    step_gates[:, : 2 * cell].sigmoid_()
+                    out_gate.sigmoid_()
+                    step_memory = direction_memory[:rows]
+                    step_memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
+                    if cell_clip is not None:
+                        step_memory.clamp_(-cell_clip, cell_clip)
+                    step_hidden = direction_hidden[:rows]
+                    if projected:
+                        torch.tanh(step_memory, out=cell_output[:rows]).mul_(out_gate)
+                        torch.mm(cell_output[:rows], layer.projection_kernel, out=step_hidden)
+                    else:
+                        torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
+                    if proj_clip is not None:
+                        step_hidden.clamp_(-proj_clip, proj_clip)
+                    packed_outputs[direction, step_starts[step] : step_starts[step + 1]] = step_hidden
 
         outputs = packed_outputs.new_zeros(2, steps, batch_size, hidden.shape[-1])
         outputs[:, packed_mask] = packed_outputs

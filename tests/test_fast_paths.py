@@ -70,6 +70,34 @@ def test_fast_recurrence_matches_reference(config_overrides, lengths, monkeypatc
         assert torch.all(fast.last_hidden_state[~mask.bool()] == 0)
 
 
+@pytest.mark.parametrize("chunk_rows", [1, 3, 7])
+def test_fast_recurrence_in_chunks_of_steps(chunk_rows, monkeypatch):
+    """Input gates computed a few steps at a time, including steps with more rows than a chunk holds."""
+    monkeypatch.setattr(modeling_elmo, "GATE_CHUNK_ROWS", chunk_rows)
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
+    initial_state = random_state(config, 5)
+    exact = run_model(model, input_ids, mask, False, monkeypatch, initial_state)
+    fast = run_model(model, input_ids, mask, True, monkeypatch, initial_state)
+    assert_outputs_match(fast, exact)
+
+
+@pytest.mark.parametrize(
+    "step_starts, max_rows, chunks",
+    [
+        ([0, 5, 9, 12, 14, 15], 7, [(0, 1), (1, 3), (3, 5)]),
+        ([0, 5, 9, 12, 14, 15], 100, [(0, 5)]),
+        ([0, 5, 9, 12, 14, 15], 1, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]),
+        ([0, 2, 4, 6], 4, [(0, 2), (2, 3)]),
+        ([0], 4, []),
+    ],
+)
+def test_gate_chunks(step_starts, max_rows, chunks):
+    assert modeling_elmo.gate_chunks(step_starts, max_rows) == chunks
+
+
 def test_fast_recurrence_with_repeated_words(monkeypatch):
     """The first layer projects each distinct word once; positions sharing a word must still get their own gates."""
     torch.manual_seed(0)
