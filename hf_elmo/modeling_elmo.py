@@ -365,10 +365,29 @@ class ElmoBiLm(nn.Module):
         state in the layout of the initial one.
         """
         lengths = mask.sum(dim=1)
-        fast = fast_path_allowed(self, tokens, hidden, memory)
+        layer_outputs, final_hidden, final_memory = self.run_stacks(
+            tokens, reverse_valid_steps(tokens, lengths), mask, hidden, memory
+        )
+        joined = [torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1)
+                  for forward_output, backward_output in layer_outputs]
+        return joined, final_hidden, final_memory
+
+    def run_stacks(
+        self,
+        forward_input: torch.Tensor,
+        backward_input: torch.Tensor,
+        mask: torch.Tensor,
+        hidden: torch.Tensor,
+        memory: torch.Tensor,
+    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]:
+        """
+        The two stacks, each on its input in its own reading order `(batch, steps, projection_dim)` (the backward
+        one reversed within each row's valid steps), under one `mask`. Returns each layer's `(forward_output,
+        backward_output)` in those orders and the final state in the layout of the initial one.
+        """
+        fast = fast_path_allowed(self, forward_input, backward_input, hidden, memory)
         final_hidden, final_memory = [], []
         layer_outputs = []
-        forward_input, backward_input = tokens, reverse_valid_steps(tokens, lengths)
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
             if fast:
                 (forward_output, backward_output), layer_hidden, layer_memory = self._run_layer_in_place(
@@ -388,7 +407,7 @@ class ElmoBiLm(nn.Module):
             if self.use_skip_connections and index > 0:
                 forward_output = forward_output + forward_input
                 backward_output = backward_output + backward_input
-            layer_outputs.append(torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1))
+            layer_outputs.append((forward_output, backward_output))
             final_hidden.append(layer_hidden)
             final_memory.append(layer_memory)
             forward_input, backward_input = forward_output, backward_output
@@ -673,25 +692,22 @@ class ElmoModel(ElmoPreTrainedModel):
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         tokens = torch.cat([self.char_encoder(chunk) for chunk in input_ids.split(window)])
-        directions = [(self.bilm.forward_layers, tokens.split(window), lambda x: x),
-                      (self.bilm.backward_layers, tokens.flip(0).split(window), lambda x: x.flip(0))]
-        per_direction = []
-        for layers, windows, restore_order in directions:
-            states = [[tokens.new_zeros(1, self.config.projection_dim), tokens.new_zeros(1, self.config.cell_dim)]
-                      for _ in layers]
-            outputs = [[] for _ in layers]
-            for inputs in windows:
-                x = inputs[None]
-                mask = torch.ones(x.shape[:2], dtype=torch.bool, device=x.device)
-                for index, layer in enumerate(layers):
-                    output, *states[index] = layer(x, mask, *states[index])
-                    if self.config.use_skip_connections and index > 0:
-                        output = output + x
-                    outputs[index].append(output[0])
-                    x = output
-            per_direction.append([restore_order(torch.cat(chunks)) for chunks in outputs])
-        forward_outputs, backward_outputs = per_direction
-        lstm_layers = (torch.cat([f, b], dim=-1) for f, b in zip(forward_outputs, backward_outputs))
+        state_shape = (self.config.n_layers, 2, 1)
+        hidden = tokens.new_zeros(*state_shape, self.config.projection_dim)
+        memory = tokens.new_zeros(*state_shape, self.config.cell_dim)
+        # Window k of each direction in its reading order: both splits give windows of the same lengths.
+        window_outputs = []
+        for forward_window, backward_window in zip(tokens.split(window), tokens.flip(0).split(window)):
+            mask = torch.ones(1, len(forward_window), dtype=torch.bool, device=tokens.device)
+            layer_outputs, hidden, memory = self.bilm.run_stacks(
+                forward_window[None], backward_window[None], mask, hidden, memory
+            )
+            window_outputs.append(layer_outputs)
+        lstm_layers = []
+        for index in range(self.config.n_layers):
+            forward_output = torch.cat([outputs[index][0][0] for outputs in window_outputs])
+            backward_output = torch.cat([outputs[index][1][0] for outputs in window_outputs]).flip(0)
+            lstm_layers.append(torch.cat([forward_output, backward_output], dim=-1))
         return (torch.cat([tokens, tokens], dim=-1), *lstm_layers)
 
     def sentence_embedding(

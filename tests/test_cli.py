@@ -1,5 +1,5 @@
 """The `hf-elmo` command, run as a real subprocess on a small converted checkpoint, outputs read back and compared
-with `ElmoModel`; and `ElmoModel.windowed_hidden_states` against one pass."""
+with `ElmoModel`."""
 
 import json
 import os
@@ -222,32 +222,6 @@ def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):
     assert main(["convert", "--options-file", str(tmp_path / "none.json"), "--weight-file",
                  str(tmp_path / "none.hdf5"), "--output-dir", str(tmp_path / "out")]) == 1
     assert capsys.readouterr().err.strip().startswith("hf-elmo: error: no such file")
-
-
-@pytest.mark.parametrize("skip_connections", [True, False])
-def test_windowed_hidden_states_equal_one_pass(skip_connections):
-    torch.manual_seed(0)
-    model = ElmoModel(tiny_config(n_layers=3, use_skip_connections=skip_connections)).eval()
-    words = corpus(1, seed=2)[0].split() * 5
-    input_ids = ElmoTokenizer(max_characters_per_token=20)([words], is_split_into_words=True,
-                                                           return_tensors="pt")["input_ids"]
-    with torch.no_grad():
-        expected = model(input_ids, output_hidden_states=True).hidden_states
-    for window in (1, 3, 8, input_ids.shape[1], input_ids.shape[1] + 5):
-        layers = model.windowed_hidden_states(input_ids[0], window)
-        assert len(layers) == 4
-        for got, want in zip(layers, expected):
-            torch.testing.assert_close(got, want[0], atol=1e-5, rtol=0)
-
-
-def test_windowed_hidden_states_on_the_original_checkpoint(fixture_model, fixture_sentences):
-    words = " ".join(fixture_sentences[0][:3]).split()
-    tokenizer = ElmoTokenizer(max_characters_per_token=fixture_model.config.max_characters_per_token)
-    input_ids = tokenizer([words], is_split_into_words=True, return_tensors="pt")["input_ids"]
-    with torch.no_grad():
-        expected = fixture_model(input_ids, output_hidden_states=True).hidden_states
-    for got, want in zip(fixture_model.windowed_hidden_states(input_ids[0], 5), expected):
-        torch.testing.assert_close(got, want[0], atol=1e-5, rtol=0)
 
 
 def test_pretrain_subcommand_trains_and_saves_a_model(tmp_path, capsys):

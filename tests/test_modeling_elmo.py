@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 import torch
 
+import hf_elmo.modeling_elmo as modeling_elmo
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.modeling_elmo import FORGET_BIAS, reverse_valid_steps
 
@@ -287,3 +288,43 @@ def test_reduced_precision_keeps_the_top_layer_direction(fixture_model, fixture_
     cosine = torch.nn.functional.cosine_similarity(reduced[valid].float(), reference[valid], dim=-1)
     print(f"\n{mode}: top layer cosine with fp32, min {cosine.min().item():.5f}")
     assert cosine.min().item() >= 0.999
+
+
+def windowed_and_one_pass(model, input_ids, windows, mode, monkeypatch):
+    """
+    `windowed_hidden_states` of row 0 for each window size, on the path `mode` picks ("fast": no autograd;
+    "autograd": the hand-written backward's forward; "exact": the reference paths), and one pass on the exact path.
+    """
+    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", False)
+    with torch.no_grad():
+        one_pass = [layer[0] for layer in model(input_ids, output_hidden_states=True).hidden_states]
+    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", mode != "exact")
+    with torch.set_grad_enabled(mode == "autograd"):
+        windowed = {window: model.windowed_hidden_states(input_ids[0], window) for window in windows}
+    return windowed, one_pass
+
+
+@pytest.mark.parametrize("mode", ["fast", "autograd", "exact"])
+@pytest.mark.parametrize("skip_connections", [True, False])
+def test_windowed_hidden_states_equal_one_pass(skip_connections, mode, monkeypatch):
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config(n_layers=3, use_skip_connections=skip_connections)).eval()
+    words = "the cat sat on the mat while a dog , far from the cat , barked at the moon".split() * 3
+    input_ids = ElmoTokenizer(max_characters_per_token=20)([words], is_split_into_words=True,
+                                                           return_tensors="pt")["input_ids"]
+    positions = input_ids.shape[1]
+    windowed, one_pass = windowed_and_one_pass(model, input_ids, (1, 3, 8, positions, positions + 5), mode,
+                                               monkeypatch)
+    for layers in windowed.values():
+        assert len(layers) == 4
+        for got, want in zip(layers, one_pass):
+            torch.testing.assert_close(got.detach(), want, atol=1e-5, rtol=0)
+
+
+def test_windowed_hidden_states_on_the_original_checkpoint(fixture_model, fixture_sentences, monkeypatch):
+    words = " ".join(fixture_sentences[0][:3]).split()
+    tokenizer = ElmoTokenizer(max_characters_per_token=fixture_model.config.max_characters_per_token)
+    input_ids = tokenizer([words], is_split_into_words=True, return_tensors="pt")["input_ids"]
+    windowed, one_pass = windowed_and_one_pass(fixture_model, input_ids, (5,), "fast", monkeypatch)
+    for got, want in zip(windowed[5], one_pass, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=0)

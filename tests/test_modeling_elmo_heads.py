@@ -5,13 +5,7 @@ import torch
 from torch.nn import functional as F
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
-from hf_elmo import (
-    ElmoForSequenceClassification,
-    ElmoForTokenClassification,
-    ElmoModel,
-    ElmoScalarMix,
-    ElmoTokenizer,
-)
+from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoScalarMix
 
 from conftest import tiny_config
 
