@@ -386,6 +386,9 @@ class ElmoBiLm(nn.Module):
         backward_output)` in those orders and the final state in the layout of the initial one.
         """
         fast = fast_path_allowed(self, forward_input, backward_input, hidden, memory)
+        # Under autograd: the reference loop's results with a hand-written backward, or the reference loop itself
+        # when the fast paths are off or autocast picks each operation's dtype.
+        handwritten_backward = _FAST_PATHS and not autocast_enabled(self)
         final_hidden, final_memory = [], []
         layer_outputs = []
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
@@ -394,9 +397,6 @@ class ElmoBiLm(nn.Module):
                     index, forward_input, backward_input, mask, hidden[index], memory[index]
                 )
             else:
-                # Under autograd: the reference loop's results with a hand-written backward, or the reference loop
-                # itself when the fast paths are off or autocast picks each operation's dtype.
-                handwritten_backward = _FAST_PATHS and not autocast_enabled(self)
                 directions = []
                 layers_and_inputs = ((forward_layer, forward_input), (backward_layer, backward_input))
                 for direction, (layer, inputs) in enumerate(layers_and_inputs):
@@ -692,9 +692,7 @@ class ElmoModel(ElmoPreTrainedModel):
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         tokens = torch.cat([self.char_encoder(chunk) for chunk in input_ids.split(window)])
-        state_shape = (self.config.n_layers, 2, 1)
-        hidden = tokens.new_zeros(*state_shape, self.config.projection_dim)
-        memory = tokens.new_zeros(*state_shape, self.config.cell_dim)
+        hidden, memory = self._validated_state(None, 1, tokens.device)
         # Window k of each direction in its reading order: both splits give windows of the same lengths.
         window_outputs = []
         for forward_window, backward_window in zip(tokens.split(window), tokens.flip(0).split(window)):
