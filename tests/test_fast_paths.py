@@ -400,7 +400,6 @@ def test_path_selection_follows_autograd(monkeypatch):
     monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", True)
 
     calls.clear()
-
     model.requires_grad_(False)
     output = model(input_ids, attention_mask=mask)
     assert calls == fast_calls and not output.last_hidden_state.requires_grad

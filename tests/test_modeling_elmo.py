@@ -1,3 +1,5 @@
+import copy
+
 import h5py
 import numpy as np
 import pytest
@@ -269,8 +271,6 @@ def test_reduced_precision_keeps_the_top_layer_direction(fixture_model, fixture_
     The reduced-precision bar of the speed goals: at every valid position, the top layer's cosine similarity with
     fp32 stays >= 0.999 (trained weights, the fixture's 30 sentences in one padded batch).
     """
-    import copy
-
     tokenizer = ElmoTokenizer(max_characters_per_token=fixture_model.config.max_characters_per_token)
     sentences = [sentence.split() for batch in fixture_sentences for sentence in batch]
     encoded = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
