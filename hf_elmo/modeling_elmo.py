@@ -616,6 +616,9 @@ class ElmoTaskEncoder(nn.Module):
             # Layer 0 is [x ; x]: its first half is the context-independent representation.
             features = torch.cat([layers[0][..., : self.projection_dim], features], dim=-1)
         if self.lstm is not None:
+            if torch.compiler.is_exporting():
+                raise RuntimeError("a head with a task BiLSTM (task_lstm_dim > 0) cannot be exported: it packs the "
+                                   "sequences by their lengths, values an exported graph cannot depend on")
             lengths = mask.sum(dim=1).clamp(min=1).cpu()
             packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
             output, _ = self.lstm(packed)

@@ -19,7 +19,7 @@ from hf_elmo import (
     ElmoTokenizer,
 )
 
-from conftest import tiny_config, write_original_checkpoint
+from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 SENTENCES = [["The", "cat", "sat", "."], ["Dogs", "bark", "loudly", "at", "night", "!"]]
 
@@ -46,11 +46,16 @@ REMOTE_LOAD_SCRIPT = textwrap.dedent(
         model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
         tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
         batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+        reference = getattr(transformers, auto_name).from_pretrained(
+            folder, trust_remote_code=True, recurrence_implementation="reference"
+        ).eval()
         with torch.no_grad():
-            output = model(**batch)
+            output, reference_output = model(**batch), reference(**batch)
         results[folder] = {"model_class": type(model).__module__ + "." + type(model).__name__,
                            "tokenizer_class": type(tokenizer).__module__ + "." + type(tokenizer).__name__,
-                           "input_ids": batch["input_ids"], "output": output[0]}
+                           "input_ids": batch["input_ids"], "output": output[0],
+                           "recurrence_implementation": reference.config.recurrence_implementation,
+                           "reference_output": reference_output[0]}
     assert not any(name.startswith("hf_elmo") for name in sys.modules), "hf_elmo was imported"
     torch.save(results, out)
     """
@@ -130,3 +135,6 @@ def test_remote_code_without_hf_elmo_gives_identical_outputs(remote, tiny_tokeni
     assert torch.equal(loaded["input_ids"], batch["input_ids"])
     with torch.no_grad():
         assert torch.equal(loaded["output"], model(**batch)[0])
+    # The path choice reaches remote code: the reference code, chosen at from_pretrained, agrees with the kernels.
+    assert loaded["recurrence_implementation"] == "reference"
+    assert (loaded["reference_output"] - loaded["output"]).abs().max().item() <= FLOAT32_TOLERANCE

@@ -230,6 +230,13 @@ def test_torch_export_agrees_with_eager(tester, model_class):
         assert max_difference(exported(batch["input_ids"], batch["attention_mask"])[0], eager) <= FLOAT32_TOLERANCE
 
 
+def test_torch_export_of_a_head_with_a_task_bilstm_is_refused(tester):
+    model = tester.create_model(ElmoForSequenceClassification, task_lstm_dim=3)
+    inputs = tester.prepare_inputs()
+    with pytest.raises(RuntimeError, match="task BiLSTM"):
+        torch.export.export(model, (inputs["input_ids"], inputs["attention_mask"]))
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # device_map, offloading, splitting
 # ---------------------------------------------------------------------------------------------------------------------
