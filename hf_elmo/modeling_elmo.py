@@ -171,6 +171,7 @@ class ElmoLstmLayer(nn.Module):
         Runs left to right. `inputs` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool with each row's
         valid steps first, `hidden` `(batch, projection_dim)`, `memory` `(batch, cell_dim)`. Returns the outputs
         `(batch, steps, projection_dim)` (zero at invalid steps) and the state after each row's last valid step.
+        Which of `implementations` runs is decided by `kernels_elmo.dispatch`, on every call.
         """
         recurrence = dispatch(self, self.implementations, inputs, hidden, memory)
         return recurrence(self, inputs, mask, hidden, memory)
