@@ -195,13 +195,13 @@ def state_dict_from_release(token_embedder: dict, encoder: dict, config: ElmoCon
     return {key: value.contiguous() for key, value in state.items()}
 
 
-def check_vocabulary_sizes(token_embedder: dict, char_lexicon: dict, word_lexicon: dict, config: ElmoConfig):
+def check_vocabulary_sizes(token_embedder: dict, char_lexicon: dict, word_lexicon: dict):
     """Each `.dic` must have as many entries as its weight table has rows (their reader sizes the table from it)."""
     for name, lexicon, key in (("char.dic", char_lexicon, "char_emb_layer"),
                                ("word.dic", word_lexicon, "word_emb_layer")):
-        if name == "word.dic" and config.word_input_vocab_size is None:
-            continue
         table = token_embedder.get(f"{key}.embedding.weight")
+        if table is None:  # no such input: the settings decide whether that is right
+            continue
         if table is not None and table.shape[0] != len(lexicon):
             raise ElmoConversionError(f"{name} reads as {len(lexicon)} entries but token_embedder.pkl's {key} has "
                                       f"{table.shape[0]} rows: the vocabulary does not belong to these weights")
@@ -225,8 +225,8 @@ def load_release(model_dir: Path) -> tuple[ElmoModel, ElmoTokenizer, str]:
     token_embedder = load_state_dict(model_dir / "token_embedder.pkl")
     encoder = load_state_dict(model_dir / "encoder.pkl")
     try:
+        check_vocabulary_sizes(token_embedder, char_lexicon, word_lexicon)
         config = config_from_settings(settings, char_lexicon, word_lexicon)
-        check_vocabulary_sizes(token_embedder, char_lexicon, word_lexicon, config)
         state_dict = state_dict_from_release(token_embedder, encoder, config)
         model = ElmoModel(config)
         expected = model.state_dict()
