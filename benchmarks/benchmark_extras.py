@@ -20,7 +20,6 @@ from pathlib import Path
 
 import torch
 
-import hf_elmo.modeling_elmo as modeling_elmo
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.conversion import convert, load_original
 
@@ -47,12 +46,12 @@ def document_peak_memory(model, tokenizer, document, window: int | None) -> tupl
     return peak.peak / 2**20, peak.delta / 2**20
 
 
-# Training settings: (biLM frozen, `modeling_elmo._FAST_PATHS`). Unfrozen with the fast paths off, the recurrence
-# runs the exact loop under autograd; on, it runs `ElmoLstmLayerFunction` and its hand-written backward.
+# Training settings: (biLM frozen, `config.recurrence_implementation`). Unfrozen, "reference" runs the exact loop
+# under autograd; "auto" runs `ElmoLstmLayerFunction` and its hand-written backward.
 TRAINING_SETTINGS = {
-    "biLM frozen": (True, True),
-    "biLM unfrozen, exact autograd loop": (False, False),
-    "biLM unfrozen, hand-written backward": (False, True),
+    "biLM frozen": (True, "auto"),
+    "biLM unfrozen, exact autograd loop": (False, "reference"),
+    "biLM unfrozen, hand-written backward": (False, "auto"),
 }
 
 
@@ -65,12 +64,11 @@ def training_words_per_second(model, tokenizer, sentences, steps: int) -> dict[s
         for name, (frozen, _) in TRAINING_SETTINGS.items()
     }
     words, seconds = dict.fromkeys(TRAINING_SETTINGS, 0), dict.fromkeys(TRAINING_SETTINGS, 0.0)
-    fast_paths = modeling_elmo._FAST_PATHS
     for step in range(steps + 1):  # the first step warms up and is not counted
         batch = sentences[32 * step : 32 * (step + 1)]
-        for name, (frozen, fast) in TRAINING_SETTINGS.items():
+        for name, (frozen, recurrence_implementation) in TRAINING_SETTINGS.items():
             model.requires_grad_(not frozen)
-            modeling_elmo._FAST_PATHS = fast
+            model.config.recurrence_implementation = recurrence_implementation
             began = time.perf_counter()
             encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
             output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
@@ -81,7 +79,7 @@ def training_words_per_second(model, tokenizer, sentences, steps: int) -> dict[s
             if step:
                 seconds[name] += time.perf_counter() - began
                 words[name] += sum(len(sentence) for sentence in batch)
-    modeling_elmo._FAST_PATHS = fast_paths
+    model.config.recurrence_implementation = "auto"
     model.eval().requires_grad_(True)
     return {name: words[name] / seconds[name] for name in TRAINING_SETTINGS}
 

@@ -10,7 +10,6 @@ AllenNLP is optional (see ../shared/peer/README.md); without it its rows and col
 """
 
 import argparse
-import contextlib
 import os
 import tempfile
 import time
@@ -18,7 +17,6 @@ from pathlib import Path
 
 import torch
 
-import hf_elmo.modeling_elmo as modeling_elmo
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.conversion import load_original
 
@@ -38,25 +36,18 @@ def load_allennlp(options_file: Path, weight_file: Path):
     return elmo.eval(), allennlp_elmo.batch_to_ids
 
 
-@contextlib.contextmanager
-def fast_paths(enabled: bool):
-    previous = modeling_elmo._FAST_PATHS
-    modeling_elmo._FAST_PATHS = enabled
-    try:
-        yield
-    finally:
-        modeling_elmo._FAST_PATHS = previous
-
-
-def hf_elmo_path(model, tokenizer, fast: bool):
-    """From words to `(seconds, top layer with boundary rows, mask)` with hf_elmo's exact or fast paths."""
+def hf_elmo_path(model, tokenizer, recurrence_implementation: str):
+    """
+    From words to `(seconds, top layer with boundary rows, mask)` with hf_elmo under `recurrence_implementation`
+    ("reference": the exact reference code; "auto": the fast kernels).
+    """
 
     def run(batch):
-        with fast_paths(fast):
-            began = time.perf_counter()
-            encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
-            output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
-            seconds = time.perf_counter() - began
+        model.config.recurrence_implementation = recurrence_implementation
+        began = time.perf_counter()
+        encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+        output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
+        seconds = time.perf_counter() - began
         return seconds, output.last_hidden_state, encoded["attention_mask"].bool()
 
     return run
@@ -142,8 +133,8 @@ def main():
     options_file, weight_file = write_random_original_checkpoint(args.checkpoint_dir, config)
     model = load_original(options_file, weight_file).eval()
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
-    paths = {"hf_elmo exact (reference paths)": hf_elmo_path(model, tokenizer, fast=False),
-             "hf_elmo fast (default)": hf_elmo_path(model, tokenizer, fast=True)}
+    paths = {"hf_elmo exact (reference paths)": hf_elmo_path(model, tokenizer, "reference"),
+             "hf_elmo fast (default)": hf_elmo_path(model, tokenizer, "auto")}
     allennlp = load_allennlp(options_file, weight_file)
     if allennlp is not None:
         paths = {"AllenNLP 2.10.1 Elmo": allennlp_path(*allennlp), **paths}

@@ -6,6 +6,8 @@ from .alphabet_elmo import CharacterAlphabet
 
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+# "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
+RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
 
 
 class ElmoConfig(PretrainedConfig):
@@ -29,6 +31,12 @@ class ElmoConfig(PretrainedConfig):
         proj_clip (`float`, *optional*): projected output clipped likewise (`lstm.proj_clip`).
         use_skip_connections (`bool`): each LSTM layer after the first adds its input to its output
             (`lstm.use_skip_connections`).
+        forget_bias (`float`): added to the forget gate at run time; 1.0 is TensorFlow's `LSTMCell` default, with
+            which bilm-tf trained (the original weight files store the bias without it).
+        recurrence_implementation (`str`): `"auto"` runs the fast kernels of `kernels_elmo` where they apply (the
+            in-place recurrence and the character convolutions as matrix products when nothing needs gradients,
+            the hand-written backward when the biLM trains); `"reference"` always runs the reference code under
+            autograd. Settable at `from_pretrained(..., recurrence_implementation="reference")`.
 
     Models trained by other code (ELMoForManyLangs) also set:
 
@@ -82,6 +90,8 @@ class ElmoConfig(PretrainedConfig):
         cell_clip=3.0,
         proj_clip=3.0,
         use_skip_connections=True,
+        forget_bias=1.0,
+        recurrence_implementation="auto",
         freeze_bilm=True,
         mix_layer_norm=False,
         mix_weights=None,
@@ -140,6 +150,8 @@ class ElmoConfig(PretrainedConfig):
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
         self.use_skip_connections = use_skip_connections
+        self.forget_bias = float(forget_bias)
+        self.recurrence_implementation = recurrence_implementation
         self.freeze_bilm = freeze_bilm
         self.mix_layer_norm = mix_layer_norm
         self.mix_weights = None if mix_weights is None else [float(w) for w in mix_weights]
@@ -159,6 +171,12 @@ class ElmoConfig(PretrainedConfig):
         self.highway_gate = highway_gate
         self.always_project = always_project
         super().__init__(**kwargs)
+
+    def __setattr__(self, key, value):
+        # Checked on every assignment: `from_pretrained(..., recurrence_implementation=...)` sets it after `__init__`.
+        if key == "recurrence_implementation" and value not in RECURRENCE_IMPLEMENTATIONS:
+            raise ValueError(f"recurrence_implementation must be one of {RECURRENCE_IMPLEMENTATIONS}, got {value!r}")
+        super().__setattr__(key, value)
 
     @property
     def n_filters(self) -> int:

@@ -1,6 +1,5 @@
 """ELMo (Peters et al., 2018): a character CNN feeding two independent stacks of projected, clipped LSTMs."""
 
-import itertools
 from dataclasses import dataclass
 
 import torch
@@ -12,18 +11,11 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
+from .kernels_elmo import dispatch, lstm_layer_in_place, lstm_layer_with_handwritten_backward, max_pooled_by_matmul
 from .tokenization_elmo import BEGIN_OF_SENTENCE_CHAR, END_OF_SENTENCE_CHAR
 
-# TensorFlow's LSTMCell adds this to the forget gate at run time; the original files store the bias without it.
-FORGET_BIAS = 1.0
 # Rows of the character table: 261 trained characters after a zero row for "no character".
 CHAR_TABLE_ROWS = 262
-# Tests and benchmarks set this to False to run the exact reference paths (`nn.Conv1d` for the character CNN,
-# `ElmoLstmLayer.forward` for the recurrence) even when nothing needs gradients, and autograd through the reference
-# loop instead of `ElmoLstmLayerFunction` when the biLM trains.
-_FAST_PATHS = True
-# Packed rows of input gates the fast recurrence computes at a time (16 MB at the original shapes).
-GATE_CHUNK_ROWS = 256
 # What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
 # `trust_remote_code=True` from the code files saved beside the weights.
 AUTO_MAP = {
@@ -33,20 +25,6 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
     "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
 }
-
-
-def fast_path_allowed(module: nn.Module, *inputs: torch.Tensor) -> bool:
-    """
-    Fast paths run without autograd and in the parameters' dtype: only where nothing in `module` or `inputs` needs
-    gradients and autocast is off (the reference paths follow autocast op by op).
-    """
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, *module.parameters()))
-    return _FAST_PATHS and not needs_grad and not autocast_enabled(module)
-
-
-def autocast_enabled(module: nn.Module) -> bool:
-    """Whether autocast is on for the device of `module`'s parameters."""
-    return torch.is_autocast_enabled(next(module.parameters()).device.type)
 
 
 @dataclass
@@ -82,6 +60,25 @@ class ElmoHighway(nn.Module):
         return gate * torch.relu(F.linear(x, self.nonlinear_weight, self.nonlinear_bias)) + (1.0 - gate) * x
 
 
+def conv_max_pooled(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor:
+    """The reference character convolution: `chars` `(words, chars, char_dim)` -> max over positions `(words, n)`."""
+    return F.conv1d(chars.transpose(1, 2), module.weight, module.bias).amax(dim=-1)
+
+
+class ElmoCharConvolution(nn.Conv1d):
+    """One width of character filters and its max over positions, as one module call (see `kernels_elmo`)."""
+
+    implementations = {"reference": conv_max_pooled, "inference": max_pooled_by_matmul, "training": conv_max_pooled}
+
+    def __init__(self, config: ElmoConfig, width: int, n_filters: int):
+        super().__init__(config.char_embedding_dim, n_filters, width)
+        self.config = config
+
+    def forward(self, chars: torch.Tensor) -> torch.Tensor:
+        """`chars` `(words, max_characters_per_token, char_embedding_dim)` -> `(words, n_filters)`."""
+        return dispatch(self, self.implementations, chars)(self, chars)
+
+
 class ElmoCharacterEncoder(nn.Module):
     """Context-independent word representation from character ids: embedding, CNN, max-pool, highways, projection."""
 
@@ -89,7 +86,7 @@ class ElmoCharacterEncoder(nn.Module):
         super().__init__()
         self.char_embedding = nn.Embedding(CHAR_TABLE_ROWS, config.char_embedding_dim, padding_idx=0)
         self.convolutions = nn.ModuleList(
-            nn.Conv1d(config.char_embedding_dim, n_filters, width) for width, n_filters in config.filters
+            ElmoCharConvolution(config, width, n_filters) for width, n_filters in config.filters
         )
         self.activation = torch.tanh if config.activation == "tanh" else torch.relu
         self.highways = nn.ModuleList(ElmoHighway(config.n_filters) for _ in range(config.n_highway))
@@ -101,31 +98,40 @@ class ElmoCharacterEncoder(nn.Module):
     def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
         """`char_ids` `(words, max_characters_per_token)` -> `(words, projection_dim)`."""
         chars = self.char_embedding(char_ids)  # (words, chars, char_dim)
-        if fast_path_allowed(self):
-            pooled = self._max_pooled_by_matmul(chars)
-        else:
-            pooled = torch.cat([conv(chars.transpose(1, 2)).amax(dim=-1) for conv in self.convolutions], dim=-1)
-        x = self.activation(pooled)
+        x = self.activation(torch.cat([convolution(chars) for convolution in self.convolutions], dim=-1))
         for highway in self.highways:
             x = highway(x)
         return self.projection(x) if self.projection is not None else x
 
-    @torch.no_grad()
-    def _max_pooled_by_matmul(self, chars: torch.Tensor, words_per_chunk: int = 64) -> torch.Tensor:
-        """
-        The convolutions' max over positions, `(words, n_filters)`, as products of each word's character windows
-        `(positions, char_dim * width)` with the flattened filters: equal to the `nn.Conv1d` path within fp32
-        rounding, and ~3x faster on CPU when taken a few words at a time, so that each `(words, positions, filters)`
-        product stays in cache. The bias is added after the max, which commutes with it.
-        """
-        kernels = [conv.weight.flatten(1).t() for conv in self.convolutions]  # (char_dim * width, filters)
-        pooled = []
-        for words in chars.split(words_per_chunk):
-            pooled.append(torch.cat([
-                (words.unfold(1, conv.kernel_size[0], 1).flatten(2) @ kernel).amax(dim=1)
-                for conv, kernel in zip(self.convolutions, kernels)
-            ], dim=-1))
-        return torch.cat(pooled) + torch.cat([conv.bias for conv in self.convolutions])
+
+def lstm_layer_reference(
+    module: "ElmoLstmLayer", inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    The reference recurrence of `module`, step by step under autograd (arguments and results as
+    [`ElmoLstmLayer.forward`]): TensorFlow's `LSTMCell` with `config.forget_bias` added to the forget gate.
+    """
+    input_gates = inputs @ module.input_kernel + module.bias  # every step in one product
+    cell_clip, proj_clip, forget_bias = module.cell_clip, module.proj_clip, module.config.forget_bias
+    # Steps are taken apart with unbind and put together with stack, one autograd node each: indexing a step
+    # of a tensor (or writing one) costs a backward pass over the whole tensor at every step.
+    outputs = []
+    for step, step_input_gates in enumerate(input_gates.unbind(1)):
+        gates = step_input_gates + hidden @ module.recurrent_kernel
+        in_gate, forget_gate, cell_input, out_gate = gates.split(module.cell_dim, dim=-1)
+        new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate + forget_bias) * memory
+        if cell_clip is not None:
+            new_memory = new_memory.clamp(-cell_clip, cell_clip)
+        new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
+        if module.projection_kernel is not None:
+            new_hidden = new_hidden @ module.projection_kernel
+        if proj_clip is not None:
+            new_hidden = new_hidden.clamp(-proj_clip, proj_clip)
+        valid = mask[:, step, None]
+        hidden = torch.where(valid, new_hidden, hidden)
+        memory = torch.where(valid, new_memory, memory)
+        outputs.append(torch.where(valid, new_hidden, 0.0))
+    return torch.stack(outputs, dim=1), hidden, memory
 
 
 class ElmoLstmLayer(nn.Module):
@@ -136,11 +142,20 @@ class ElmoLstmLayer(nn.Module):
     from contiguous `(in, out)` memory than from a transposed `(out, in)` weight when the batch is small.
     """
 
-    def __init__(self, config: ElmoConfig):
+    implementations = {
+        "reference": lstm_layer_reference,
+        "inference": lstm_layer_in_place,
+        "training": lstm_layer_with_handwritten_backward,
+    }
+
+    def __init__(self, config: ElmoConfig, reads_word_vectors: bool = False):
         super().__init__()
+        self.config = config
         cell_dim, projection_dim = config.cell_dim, config.projection_dim
         self.cell_dim = cell_dim
         self.cell_clip = config.cell_clip
+        # The first layer reads context-free word vectors, where a row repeats at every occurrence of its word.
+        self.reads_word_vectors = reads_word_vectors
         # bilm-tf projects (and then clips) the output only when it is narrower than the memory.
         projected = projection_dim < cell_dim
         self.proj_clip = config.proj_clip if projected else None
@@ -157,186 +172,8 @@ class ElmoLstmLayer(nn.Module):
         valid steps first, `hidden` `(batch, projection_dim)`, `memory` `(batch, cell_dim)`. Returns the outputs
         `(batch, steps, projection_dim)` (zero at invalid steps) and the state after each row's last valid step.
         """
-        input_gates = inputs @ self.input_kernel + self.bias  # every step in one product
-        # Steps are taken apart with unbind and put together with stack, one autograd node each: indexing a step
-        # of a tensor (or writing one) costs a backward pass over the whole tensor at every step.
-        outputs = []
-        for step, step_input_gates in enumerate(input_gates.unbind(1)):
-            gates = step_input_gates + hidden @ self.recurrent_kernel
-            in_gate, forget_gate, cell_input, out_gate = gates.split(self.cell_dim, dim=-1)
-            new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(
-                forget_gate + FORGET_BIAS
-            ) * memory
-            if self.cell_clip is not None:
-                new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
-            new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
-            if self.projection_kernel is not None:
-                new_hidden = new_hidden @ self.projection_kernel
-            if self.proj_clip is not None:
-                new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)
-            valid = mask[:, step, None]
-            hidden = torch.where(valid, new_hidden, hidden)
-            memory = torch.where(valid, new_memory, memory)
-            outputs.append(torch.where(valid, new_hidden, 0.0))
-        return torch.stack(outputs, dim=1), hidden, memory
-
-    def forward_with_handwritten_backward(
-        self, inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The results of [`~ElmoLstmLayer.forward`] from [`ElmoLstmLayerFunction`], whose backward is faster."""
-        return ElmoLstmLayerFunction.apply(
-            inputs, mask, hidden, memory, self.input_kernel, self.recurrent_kernel, self.bias, self.projection_kernel,
-            self.cell_clip, self.proj_clip,
-        )
-
-
-class ElmoLstmLayerFunction(torch.autograd.Function):
-    """
-    One layer of one direction, as [`ElmoLstmLayer.forward`], with a hand-written backward through time for training.
-
-    The forward saves each step's gate activations, states and clip masks, time-major (two thirds of what autograd
-    keeps from the reference loop at the original shapes, most of it the gates). The backward walks the steps
-    in reverse for the gradients of the gates and of the state, then takes each weight's gradient as one product over
-    all steps: autograd through the reference loop adds a `(in, 4 * cell_dim)` product into the gradient at every step.
-    At invalid steps the gates get no gradient and the state's gradient passes through unchanged.
-    """
-
-    @staticmethod
-    def forward(
-        ctx,
-        inputs: torch.Tensor,
-        mask: torch.Tensor,
-        hidden: torch.Tensor,
-        memory: torch.Tensor,
-        input_kernel: torch.Tensor,
-        recurrent_kernel: torch.Tensor,
-        bias: torch.Tensor,
-        projection_kernel: torch.Tensor | None,
-        cell_clip: float | None,
-        proj_clip: float | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """
-        Arguments as [`ElmoLstmLayer.forward`] takes them, then the layer's parameters and clips. Returns the outputs
-        `(batch, steps, output_dim)`, zero at invalid steps, and the final `hidden` and `memory`.
-        """
-        batch_size, steps, _ = inputs.shape
-        cell = memory.shape[-1]
-        valid = mask.t()[..., None]  # (steps, batch, 1)
-        # (steps, batch, 4 * cell): the input gates of every step in one product, activated in place step by step.
-        gates = inputs.transpose(0, 1) @ input_kernel + bias
-        hidden_states = hidden.new_empty(steps + 1, *hidden.shape)  # the state before each step and after the last
-        memory_states = memory.new_empty(steps + 1, *memory.shape)
-        hidden_states[0], memory_states[0] = hidden, memory
-        output_dim = cell if projection_kernel is None else projection_kernel.shape[1]
-        outputs = inputs.new_empty(batch_size, steps, output_dim)
-        # Where each clamp passed its gradient (boundaries included), as `torch.clamp` does.
-        in_clip = {"dtype": torch.bool, "device": inputs.device}
-        memory_in_clip = torch.empty(steps, batch_size, cell, **in_clip) if cell_clip is not None else None
-        hidden_in_clip = torch.empty(steps, batch_size, output_dim, **in_clip) if proj_clip is not None else None
-        for step in range(steps):
-            step_gates = gates[step].addmm_(hidden_states[step], recurrent_kernel)
-            in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
-            forget_gate.add_(FORGET_BIAS)
-            step_gates[:, : 2 * cell].sigmoid_()
-            cell_input.tanh_()
-            out_gate.sigmoid_()
-            new_memory = in_gate * cell_input + forget_gate * memory_states[step]
-            if cell_clip is not None:
-                torch.le(new_memory.abs(), cell_clip, out=memory_in_clip[step])
-                new_memory.clamp_(-cell_clip, cell_clip)
-            new_hidden = out_gate * new_memory.tanh()
-            if projection_kernel is not None:
-                new_hidden = new_hidden @ projection_kernel
-            if proj_clip is not None:
-                torch.le(new_hidden.abs(), proj_clip, out=hidden_in_clip[step])
-                new_hidden.clamp_(-proj_clip, proj_clip)
-            step_valid = valid[step]
-            torch.where(step_valid, new_hidden, hidden_states[step], out=hidden_states[step + 1])
-            torch.where(step_valid, new_memory, memory_states[step], out=memory_states[step + 1])
-            outputs[:, step] = torch.where(step_valid, new_hidden, 0.0)
-        ctx.save_for_backward(
-            inputs, mask, input_kernel, recurrent_kernel, projection_kernel, gates, hidden_states, memory_states,
-            memory_in_clip, hidden_in_clip,
-        )
-        return outputs, hidden_states[steps].clone(), memory_states[steps].clone()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, outputs_grad: torch.Tensor, hidden_grad: torch.Tensor, memory_grad: torch.Tensor):
-        """The gradients of the inputs, the initial state and the parameters; None for the mask and the clips."""
-        (
-            inputs, mask, input_kernel, recurrent_kernel, projection_kernel, gates, hidden_states, memory_states,
-            memory_in_clip, hidden_in_clip,
-        ) = ctx.saved_tensors
-        steps, batch_size, _ = gates.shape
-        cell = memory_states.shape[-1]
-        valid = mask.t()[..., None]
-        gates_grad = torch.empty_like(gates)  # (steps, batch, 4 * cell), zero at invalid steps
-        if projection_kernel is not None:
-            # The projection's inputs and its output's gradient at every step, for its gradient in one product.
-            cell_outputs = memory_states.new_empty(steps, batch_size, cell)
-            projected_grad = hidden_states.new_empty(steps, batch_size, projection_kernel.shape[1])
-        for step in reversed(range(steps)):
-            step_valid = valid[step]
-            in_gate, forget_gate, cell_input, out_gate = gates[step].split(cell, dim=-1)
-            in_grad, forget_grad, cell_input_grad, out_grad = gates_grad[step].split(cell, dim=-1)
-            # `hidden_grad` and `memory_grad` hold the gradient of the state after this step.
-            new_hidden_grad = torch.where(step_valid, hidden_grad + outputs_grad[:, step], 0.0)
-            if hidden_in_clip is not None:
-                new_hidden_grad.mul_(hidden_in_clip[step])
-            memory_tanh = memory_states[step + 1].tanh()
-            if projection_kernel is not None:
-                projected_grad[step] = new_hidden_grad
-                torch.mul(out_gate, memory_tanh, out=cell_outputs[step])
-                # `kernel @ grad^T` rather than `grad @ kernel^T`, here and for the recurrent kernel: at a small
-                # batch, CPU BLAS runs it two to three times faster.
-                cell_output_grad = (projection_kernel @ new_hidden_grad.t()).t()
-            else:
-                cell_output_grad = new_hidden_grad
-            torch.mul(cell_output_grad, memory_tanh, out=out_grad).mul_(out_gate).mul_(1.0 - out_gate)
-            new_memory_grad = torch.where(step_valid, memory_grad, 0.0).addcmul_(
-                cell_output_grad * out_gate, 1.0 - memory_tanh.square()
-            )
-            if memory_in_clip is not None:
-                new_memory_grad.mul_(memory_in_clip[step])
-            torch.mul(new_memory_grad, cell_input, out=in_grad).mul_(in_gate).mul_(1.0 - in_gate)
-            torch.mul(new_memory_grad, memory_states[step], out=forget_grad).mul_(forget_gate).mul_(1.0 - forget_gate)
-            torch.mul(new_memory_grad, in_gate, out=cell_input_grad).mul_(1.0 - cell_input.square())
-            # Rows at invalid steps have no gate gradient: their state's gradient is carried to the earlier step.
-            hidden_grad = torch.where(step_valid, (recurrent_kernel @ gates_grad[step].t()).t(), hidden_grad)
-            memory_grad = torch.where(step_valid, new_memory_grad * forget_gate, memory_grad)
-
-        needs_grad = ctx.needs_input_grad
-        flat_gates_grad = gates_grad.view(steps * batch_size, -1)
-        inputs_grad = input_kernel_grad = recurrent_kernel_grad = bias_grad = projection_kernel_grad = None
-        if needs_grad[0]:
-            inputs_grad = (flat_gates_grad @ input_kernel.t()).view(steps, batch_size, -1).transpose(0, 1)
-        if needs_grad[4]:
-            input_kernel_grad = inputs.transpose(0, 1).reshape(steps * batch_size, -1).t() @ flat_gates_grad
-        if needs_grad[5]:
-            recurrent_kernel_grad = hidden_states[:steps].view(steps * batch_size, -1).t() @ flat_gates_grad
-        if needs_grad[6]:
-            bias_grad = flat_gates_grad.sum(dim=0)
-        if needs_grad[7]:
-            projection_kernel_grad = cell_outputs.view(steps * batch_size, cell).t() @ projected_grad.flatten(0, 1)
-        return (
-            inputs_grad, None, hidden_grad, memory_grad, input_kernel_grad, recurrent_kernel_grad, bias_grad,
-            projection_kernel_grad, None, None,
-        )
-
-
-def gate_chunks(step_starts: list[int], max_rows: int) -> list[tuple[int, int]]:
-    """
-    Consecutive steps grouped into `(first, end)` ranges of at most `max_rows` packed rows (a step with more rows is a
-    range of its own). Step `s` owns rows `step_starts[s]:step_starts[s + 1]`.
-    """
-    chunks, first = [], 0
-    steps = len(step_starts) - 1
-    for step in range(steps):
-        if step > first and step_starts[step + 1] - step_starts[first] > max_rows:
-            chunks.append((first, step))
-            first = step
-    return chunks + [(first, steps)] if steps > 0 else []
+        recurrence = dispatch(self, self.implementations, inputs, hidden, memory)
+        return recurrence(self, inputs, mask, hidden, memory)
 
 
 def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -353,8 +190,8 @@ class ElmoBiLm(nn.Module):
     def __init__(self, config: ElmoConfig):
         super().__init__()
         self.use_skip_connections = config.use_skip_connections
-        self.forward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.n_layers))
-        self.backward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.n_layers))
+        self.forward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
+        self.backward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
 
     def forward(
         self, tokens: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
@@ -385,123 +222,21 @@ class ElmoBiLm(nn.Module):
         one reversed within each row's valid steps), under one `mask`. Returns each layer's `(forward_output,
         backward_output)` in those orders and the final state in the layout of the initial one.
         """
-        fast = fast_path_allowed(self, forward_input, backward_input, hidden, memory)
-        # Under autograd: the reference loop's results with a hand-written backward, or the reference loop itself
-        # when the fast paths are off or autocast picks each operation's dtype.
-        handwritten_backward = _FAST_PATHS and not autocast_enabled(self)
         final_hidden, final_memory = [], []
         layer_outputs = []
         for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            if fast:
-                (forward_output, backward_output), layer_hidden, layer_memory = self._run_layer_in_place(
-                    index, forward_input, backward_input, mask, hidden[index], memory[index]
-                )
-            else:
-                directions = []
-                layers_and_inputs = ((forward_layer, forward_input), (backward_layer, backward_input))
-                for direction, (layer, inputs) in enumerate(layers_and_inputs):
-                    run = layer.forward_with_handwritten_backward if handwritten_backward else layer
-                    directions.append(run(inputs, mask, hidden[index, direction], memory[index, direction]))
-                (forward_output, forward_h, forward_c), (backward_output, backward_h, backward_c) = directions
-                layer_hidden, layer_memory = torch.stack([forward_h, backward_h]), torch.stack([forward_c, backward_c])
+            forward_output, forward_h, forward_c = forward_layer(forward_input, mask, hidden[index, 0],
+                                                                 memory[index, 0])
+            backward_output, backward_h, backward_c = backward_layer(backward_input, mask, hidden[index, 1],
+                                                                     memory[index, 1])
             if self.use_skip_connections and index > 0:
                 forward_output = forward_output + forward_input
                 backward_output = backward_output + backward_input
             layer_outputs.append((forward_output, backward_output))
-            final_hidden.append(layer_hidden)
-            final_memory.append(layer_memory)
+            final_hidden.append(torch.stack([forward_h, backward_h]))
+            final_memory.append(torch.stack([forward_c, backward_c]))
             forward_input, backward_input = forward_output, backward_output
         return layer_outputs, torch.stack(final_hidden), torch.stack(final_memory)
-
-    @torch.no_grad()
-    def _run_layer_in_place(
-        self,
-        index: int,
-        forward_input: torch.Tensor,
-        backward_input: torch.Tensor,
-        mask: torch.Tensor,
-        hidden: torch.Tensor,
-        memory: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """
-        Both directions of layer `index`, without autograd, for when nothing needs gradients: the results of each
-        direction's [`ElmoLstmLayer.forward`] within fp32 rounding.
-
-        Rows are sorted by length so that the rows still running at any step are a prefix of the batch: padded
-        positions cost nothing, ended rows simply keep their final state, and no step needs a mask. The input gates
-        of the valid positions come `GATE_CHUNK_ROWS` packed rows at a time, from one matrix product (in layer 0, a
-        copy from the gates of the distinct words, each projected once); each step adds its recurrent product to its
-        slice of those input gates and does the gate arithmetic there, in place.
-
-        Inputs `(batch, steps, projection_dim)` each (the backward one already reversed), `mask` `(batch, steps)`,
-        `hidden` `(2, batch, projection_dim)`, `memory` `(2, batch, cell_dim)`. Returns outputs
-        `(2, batch, steps, projection_dim)`, zero at invalid steps, and the final `hidden` and `memory`.
-        """
-        layers = (self.forward_layers[index], self.backward_layers[index])
-        batch_size, steps, input_dim = forward_input.shape
-        cell, cell_clip, proj_clip = layers[0].cell_dim, layers[0].cell_clip, layers[0].proj_clip
-        projected = layers[0].projection_kernel is not None
-        lengths = mask.sum(dim=1)
-        order = torch.argsort(lengths, descending=True, stable=True)
-        packed_mask = mask[order].t()  # (steps, batch): the valid positions in time-major order
-        running = [rows for rows in packed_mask.sum(dim=1).tolist() if rows > 0]  # rows still running at each step
-        step_starts = [0, *itertools.accumulate(running)]  # step `s` owns rows `step_starts[s]:step_starts[s + 1]`
-        chunks = gate_chunks(step_starts, GATE_CHUNK_ROWS)
-
-        packed_inputs = [inputs[order].transpose(0, 1)[packed_mask] for inputs in (forward_input, backward_input)]
-        if index == 0:
-            # The first layer reads context-free word vectors, one row per occurrence of a word: project each
-            # distinct row once and copy its gates to every position holding it.
-            distinct, where = torch.unique(torch.cat(packed_inputs), dim=0, return_inverse=True)
-            distinct_gates = [distinct @ layer.input_kernel for layer in layers]
-            positions = where.chunk(2)
-
-        hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
-        packed_outputs = forward_input.new_empty(2, step_starts[-1], hidden.shape[-1])
-        cell_output = forward_input.new_empty(batch_size, cell) if projected else None
-        # The input gates of a chunk of steps at a time, in one buffer: small enough to stay in cache between their
-        # product and their steps, and to be reused rather than freshly mapped (page faults) for every chunk.
-        largest_chunk = max((step_starts[end] - step_starts[first] for first, end in chunks), default=0)
-        gate_buffer = forward_input.new_empty(largest_chunk, 4 * cell)
-        # One direction after the other: interleaving them per step doubles the weights each step reads, which is
-        # slower at small batches, where the recurrence is bound by memory traffic.
-        for direction, layer in enumerate(layers):
-            direction_hidden, direction_memory = hidden[direction], memory[direction]
-            # Added to each step's gates while they are in cache rather than in a pass over all input gates.
-            gate_bias = layer.bias.clone()
-            gate_bias[cell : 2 * cell] += FORGET_BIAS
-            for first_step, end_step in chunks:
-                chunk = slice(step_starts[first_step], step_starts[end_step])
-                chunk_gates = gate_buffer[: chunk.stop - chunk.start]
-                if index == 0:
-                    torch.index_select(distinct_gates[direction], 0, positions[direction][chunk], out=chunk_gates)
-                else:
-                    torch.mm(packed_inputs[direction][chunk], layer.input_kernel, out=chunk_gates)
-                for step in range(first_step, end_step):
-                    rows, start = running[step], step_starts[step] - chunk.start
-                    step_gates = chunk_gates[start : start + rows]  # overwritten in place: each is read once
-                    step_gates.addmm_(direction_hidden[:rows], layer.recurrent_kernel).add_(gate_bias)
-                    in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
-                    step_gates[:, : 2 * cell].sigmoid_()
-                    out_gate.sigmoid_()
-                    step_memory = direction_memory[:rows]
-                    step_memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
-                    if cell_clip is not None:
-                        step_memory.clamp_(-cell_clip, cell_clip)
-                    step_hidden = direction_hidden[:rows]
-                    if projected:
-                        torch.tanh(step_memory, out=cell_output[:rows]).mul_(out_gate)
-                        torch.mm(cell_output[:rows], layer.projection_kernel, out=step_hidden)
-                    else:
-                        torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
-                    if proj_clip is not None:
-                        step_hidden.clamp_(-proj_clip, proj_clip)
-                    packed_outputs[direction, step_starts[step] : step_starts[step + 1]] = step_hidden
-
-        outputs = packed_outputs.new_zeros(2, steps, batch_size, hidden.shape[-1])
-        outputs[:, packed_mask] = packed_outputs
-        restore = torch.argsort(order)
-        return outputs.transpose(1, 2)[:, restore], hidden[:, restore], memory[:, restore]
 
 
 class ElmoScalarMix(nn.Module):

@@ -115,7 +115,7 @@ def test_saved_folders_carry_auto_map_and_code(remote, name):
     }
     tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())
     assert tokenizer_config["auto_map"]["AutoTokenizer"][0] == "tokenization_elmo.ElmoTokenizer"
-    for file in ("configuration_elmo.py", "modeling_elmo.py", "tokenization_elmo.py"):
+    for file in ("configuration_elmo.py", "modeling_elmo.py", "kernels_elmo.py", "tokenization_elmo.py"):
         assert (folder / file).is_file(), file
 
 

@@ -35,6 +35,19 @@ def test_save_and_load(tmp_path):
     assert loaded.to_original_options() == config.to_original_options()
 
 
+def test_run_time_options_are_saved_and_stay_out_of_the_original_options(tmp_path):
+    config = ElmoConfig(forget_bias=0.0, recurrence_implementation="reference")
+    assert ElmoConfig().forget_bias == 1.0 and ElmoConfig().recurrence_implementation == "auto"
+    config.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert saved["forget_bias"] == 0.0 and saved["recurrence_implementation"] == "reference"
+    loaded = ElmoConfig.from_pretrained(tmp_path)
+    assert (loaded.forget_bias, loaded.recurrence_implementation) == (0.0, "reference")
+    assert config.to_original_options() == ElmoConfig().to_original_options()
+    with pytest.raises(ValueError, match="recurrence_implementation"):
+        loaded.recurrence_implementation = "fast"
+
+
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -46,6 +59,7 @@ def test_save_and_load(tmp_path):
         (dict(n_layers=0), "n_layers"),
         (dict(max_characters_per_token=2), "max_characters_per_token"),
         (dict(projection_dim=64, cell_dim=32), "projection_dim"),
+        (dict(recurrence_implementation="fast"), "recurrence_implementation"),
     ],
 )
 def test_bad_options_are_refused(options, message):

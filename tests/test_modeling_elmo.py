@@ -5,9 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-import hf_elmo.modeling_elmo as modeling_elmo
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.modeling_elmo import FORGET_BIAS, reverse_valid_steps
+from hf_elmo.modeling_elmo import reverse_valid_steps
 
 from conftest import tiny_config
 
@@ -97,29 +96,39 @@ def lstm_equivalent(layer) -> torch.nn.LSTM:
         lstm.weight_ih_l0.copy_(layer.input_kernel.t())
         lstm.weight_hh_l0.copy_(layer.recurrent_kernel.t())
         bias = layer.bias.clone()
-        bias[layer.cell_dim : 2 * layer.cell_dim] += FORGET_BIAS
+        bias[layer.cell_dim : 2 * layer.cell_dim] += layer.config.forget_bias
         lstm.bias_ih_l0.copy_(bias)
         lstm.bias_hh_l0.zero_()
         lstm.weight_hr_l0.copy_(layer.projection_kernel.t())
     return lstm
 
 
-def test_unclipped_bilm_equals_two_torch_lstm_stacks():
-    """An independent reference: without clipping or skips, each direction is a stack of nn.LSTM(proj_size=...)."""
+@pytest.mark.parametrize("recurrence_implementation", ["auto", "reference"])
+@pytest.mark.parametrize("forget_bias", [1.0, 0.0])
+def test_unclipped_bilm_equals_two_torch_lstm_stacks(forget_bias, recurrence_implementation):
+    """
+    An independent reference: without clipping or skips, each direction is a stack of nn.LSTM(proj_size=...), whose
+    bias holds `config.forget_bias`; under autograd too (the hand-written backward's forward).
+    """
     torch.manual_seed(1)
-    model = ElmoModel(tiny_config(cell_clip=None, proj_clip=None, use_skip_connections=False)).eval()
+    config = tiny_config(cell_clip=None, proj_clip=None, use_skip_connections=False, forget_bias=forget_bias,
+                         recurrence_implementation=recurrence_implementation)
+    model = ElmoModel(config).eval()
     tokenizer = ElmoTokenizer(max_characters_per_token=20)
     words = ["Deep", "contextualized", "word", "representations", "."]
     encoded = tokenizer([words], is_split_into_words=True, return_tensors="pt")
     with torch.no_grad():
-        output = model(**encoded, output_hidden_states=True)
+        outputs = [model(**encoded, output_hidden_states=True)]
+    outputs.append(model(**encoded, output_hidden_states=True))  # under autograd
+    with torch.no_grad():
         tokens = model.char_encoder(encoded["input_ids"][0])[None]
         forward, backward = tokens, tokens.flip(1)
         for index in range(model.config.n_layers):
             forward = lstm_equivalent(model.bilm.forward_layers[index])(forward)[0]
             backward = lstm_equivalent(model.bilm.backward_layers[index])(backward)[0]
             expected = torch.cat([forward, backward.flip(1)], dim=-1)
-            torch.testing.assert_close(output.hidden_states[index + 1], expected, rtol=1e-5, atol=1e-6)
+            for output in outputs:
+                torch.testing.assert_close(output.hidden_states[index + 1].detach(), expected, rtol=1e-5, atol=1e-6)
 
 
 @pytest.fixture
@@ -295,10 +304,10 @@ def windowed_and_one_pass(model, input_ids, windows, mode, monkeypatch):
     `windowed_hidden_states` of row 0 for each window size, on the path `mode` picks ("fast": no autograd;
     "autograd": the hand-written backward's forward; "exact": the reference paths), and one pass on the exact path.
     """
-    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", False)
+    monkeypatch.setattr(model.config, "recurrence_implementation", "reference")
     with torch.no_grad():
         one_pass = [layer[0] for layer in model(input_ids, output_hidden_states=True).hidden_states]
-    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", mode != "exact")
+    monkeypatch.setattr(model.config, "recurrence_implementation", "reference" if mode == "exact" else "auto")
     with torch.set_grad_enabled(mode == "autograd"):
         windowed = {window: model.windowed_hidden_states(input_ids[0], window) for window in windows}
     return windowed, one_pass

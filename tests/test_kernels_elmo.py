@@ -1,19 +1,17 @@
 """
-Every fast path of `modeling_elmo` against the exact reference paths (`nn.Conv1d` for the character CNN,
-`ElmoLstmLayer.forward` for the recurrence), fp32 within 1e-5; and the hand-written backward of the recurrence
-(`ElmoLstmLayerFunction`) against autograd through the reference loop.
+Every kernel of `kernels_elmo` against the reference code of `modeling_elmo` (`conv_max_pooled` for the character
+CNN, `lstm_layer_reference` for the recurrence), fp32 within `FLOAT32_TOLERANCE`; the hand-written backward of the
+recurrence (`ElmoLstmLayerFunction`) against autograd through the reference loop; and `dispatch`, which picks them.
 """
 
 import pytest
 import torch
 
-import hf_elmo.modeling_elmo as modeling_elmo
-from hf_elmo import ElmoModel
-from hf_elmo.modeling_elmo import ElmoBiLm, ElmoCharacterEncoder, ElmoLstmLayer, ElmoLstmLayerFunction
+from hf_elmo import ElmoModel, kernels_elmo
+from hf_elmo.kernels_elmo import ElmoLstmLayerFunction, gate_chunks, lstm_layer_with_handwritten_backward
+from hf_elmo.modeling_elmo import ElmoBiLm, ElmoLstmLayer, lstm_layer_reference
 
-from conftest import tiny_config
-
-TOLERANCE = 1e-5
+from conftest import FLOAT32_TOLERANCE, tiny_config
 
 
 def random_batch(config, lengths, seed=0):
@@ -32,8 +30,13 @@ def random_state(config, batch_size, seed=1):
     return hidden, memory
 
 
+def use_kernels(config, fast, monkeypatch):
+    """Sets `config.recurrence_implementation` for the rest of the test: "auto" when `fast`, else "reference"."""
+    monkeypatch.setattr(config, "recurrence_implementation", "auto" if fast else "reference")
+
+
 def run_model(model, input_ids, mask, fast, monkeypatch, initial_state=None):
-    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", fast)
+    use_kernels(model.config, fast, monkeypatch)
     with torch.inference_mode():
         return model(input_ids, attention_mask=mask, initial_state=initial_state, return_final_state=True,
                      output_hidden_states=True)
@@ -41,7 +44,7 @@ def run_model(model, input_ids, mask, fast, monkeypatch, initial_state=None):
 
 def assert_close(fast, exact):
     assert fast.shape == exact.shape
-    assert (fast - exact).abs().max().item() <= TOLERANCE
+    assert (fast - exact).abs().max().item() <= FLOAT32_TOLERANCE
 
 
 def assert_outputs_match(fast, exact):
@@ -73,7 +76,7 @@ def test_fast_recurrence_matches_reference(config_overrides, lengths, monkeypatc
 @pytest.mark.parametrize("chunk_rows", [1, 3, 7])
 def test_fast_recurrence_in_chunks_of_steps(chunk_rows, monkeypatch):
     """Input gates computed a few steps at a time, including steps with more rows than a chunk holds."""
-    monkeypatch.setattr(modeling_elmo, "GATE_CHUNK_ROWS", chunk_rows)
+    monkeypatch.setattr(kernels_elmo, "GATE_CHUNK_ROWS", chunk_rows)
     torch.manual_seed(0)
     config = tiny_config()
     model = ElmoModel(config).eval()
@@ -95,7 +98,7 @@ def test_fast_recurrence_in_chunks_of_steps(chunk_rows, monkeypatch):
     ],
 )
 def test_gate_chunks(step_starts, max_rows, chunks):
-    assert modeling_elmo.gate_chunks(step_starts, max_rows) == chunks
+    assert gate_chunks(step_starts, max_rows) == chunks
 
 
 def test_fast_recurrence_with_repeated_words(monkeypatch):
@@ -170,7 +173,7 @@ def test_fast_character_cnn_matches_conv1d(config_overrides, words, monkeypatch)
     char_ids[0, 5:] = 0  # a short word: the padding character fills the rest
     outputs = {}
     for fast in (True, False):
-        monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", fast)
+        use_kernels(config, fast, monkeypatch)
         with torch.inference_mode():
             outputs[fast] = encoder(char_ids)
     assert_close(outputs[True], outputs[False])
@@ -211,7 +214,7 @@ def bilm_results_and_gradients(bilm, mask, tokens, hidden, memory, fast, monkeyp
     Every layer's output and the final state under autograd, and the gradients of a fixed random linear function of
     all of them with respect to the tokens, the initial state and every parameter, by name.
     """
-    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", fast)
+    use_kernels(bilm.forward_layers[0].config, fast, monkeypatch)
     layer_outputs, final_hidden, final_memory = bilm(tokens, mask, hidden, memory)
     results = [*layer_outputs, final_hidden, final_memory]
     generator = torch.Generator().manual_seed(2)
@@ -241,8 +244,9 @@ def assert_gradients_match(handwritten, reference, atol, rtol):
         ({"cell_clip": 1.0, "proj_clip": 0.5}, 0.5),  # a tenth to a third of the memories and outputs are clipped
         ({"cell_clip": None, "proj_clip": None}, 0.5),
         ({"projection_dim": 16, "use_skip_connections": False, "cell_clip": 1.0}, 0.5),  # no projection, no proj_clip
+        ({"cell_clip": 1.0, "proj_clip": 0.5, "forget_bias": 0.0}, 0.5),
     ],
-    ids=["projected-clipped", "unclipped", "unprojected"],
+    ids=["projected-clipped", "unclipped", "unprojected", "no-forget-bias"],
 )
 @pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2], [6, 0, 3]], ids=["batch1", "padded", "empty-row"])
 @pytest.mark.parametrize("initial_state", ["zeros", "random"])
@@ -294,7 +298,7 @@ def test_handwritten_backward_passes_gradcheck(projected):
     def layer_function(inputs, hidden, memory, *parameters):
         projection_kernel = parameters[3] if projected else None
         return ElmoLstmLayerFunction.apply(inputs, mask, hidden, memory, *parameters[:3], projection_kernel,
-                                           layer.cell_clip, layer.proj_clip)
+                                           layer.cell_clip, layer.proj_clip, config.forget_bias)
 
     outputs, _, final_memory = layer_function(inputs, hidden, memory, *parameters)
     assert (final_memory.abs() == config.cell_clip).any()
@@ -321,20 +325,21 @@ def test_handwritten_backward_passes_the_gradient_at_a_clip_boundary(clip):
     hidden, memory = torch.zeros(2, config.projection_dim), torch.zeros(2, config.cell_dim)
 
     def first_step_value(run):
-        outputs, _, memory_after = run(inputs[:, :1], mask[:, :1], hidden, memory)
+        outputs, _, memory_after = run(layer, inputs[:, :1], mask[:, :1], hidden, memory)
         return (memory_after if clip == "cell_clip" else outputs[:, 0])[0, 0].abs().item()
 
     gradients = {}
-    for run in (layer.forward, layer.forward_with_handwritten_backward):
+    for run in (lstm_layer_reference, lstm_layer_with_handwritten_backward):
         setattr(layer, clip, None)
         boundary = first_step_value(run)
         setattr(layer, clip, boundary)
         assert first_step_value(run) == boundary
-        outputs, _, final_memory = run(inputs, mask, hidden, memory)
+        outputs, _, final_memory = run(layer, inputs, mask, hidden, memory)
         parameters = dict(layer.named_parameters())
         loss = outputs.sum() + final_memory.sum()
         gradients[run.__name__] = dict(zip(parameters, torch.autograd.grad(loss, list(parameters.values()))))
-    assert_gradients_match(gradients["forward_with_handwritten_backward"], gradients["forward"], **GRADIENT_TOLERANCE)
+    assert_gradients_match(gradients["lstm_layer_with_handwritten_backward"], gradients["lstm_layer_reference"],
+                           **GRADIENT_TOLERANCE)
 
 
 @pytest.mark.parametrize("frozen", [None, "char_encoder", "bilm"])
@@ -354,7 +359,7 @@ def test_handwritten_backward_through_the_whole_model(frozen, monkeypatch):
     weights = torch.randn(5, 9, 2 * config.projection_dim, generator=generator)
     results = {}
     for fast in (False, True):
-        monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", fast)
+        use_kernels(config, fast, monkeypatch)
         output = model(input_ids, attention_mask=mask, initial_state=(hidden, memory), return_final_state=True)
         loss = (output.last_hidden_state * weights).sum() + output.final_state[1].sum()
         trained = {name: parameter for name, parameter in model.named_parameters() if parameter.requires_grad}
@@ -367,55 +372,68 @@ def test_handwritten_backward_through_the_whole_model(frozen, monkeypatch):
     assert_gradients_match(fast_gradients, exact_gradients, **GRADIENT_TOLERANCE)
 
 
-def test_path_selection_follows_autograd(monkeypatch):
+def test_dispatch_follows_the_config_autograd_and_autocast(monkeypatch):
     """
-    Training the biLM takes the hand-written backward (autograd through the reference loop with the fast paths off)
-    and `nn.Conv1d`; a frozen biLM or inference takes the fast paths.
+    Training the biLM takes the hand-written backward (autograd through the reference loop when the config asks for
+    the reference) and `nn.Conv1d`; a frozen biLM or inference takes the in-place kernels; autocast the reference.
     """
     calls = []
-    spied = {(ElmoBiLm, "_run_layer_in_place"), (ElmoCharacterEncoder, "_max_pooled_by_matmul"),
-             (ElmoLstmLayer, "forward"), (ElmoLstmLayer, "forward_with_handwritten_backward")}
-    for owner, name in spied:
-        original = getattr(owner, name)
+    dispatch = kernels_elmo.dispatch
 
-        def spy(self, *args, _original=original, _name=name):
-            calls.append(_name)
-            return _original(self, *args)
+    def spy(*args):
+        chosen = dispatch(*args)
+        calls.append(chosen.__name__)
+        return chosen
 
-        monkeypatch.setattr(owner, name, spy)
+    monkeypatch.setattr("hf_elmo.modeling_elmo.dispatch", spy)
     torch.manual_seed(0)
     config = tiny_config()
     model = ElmoModel(config)
     input_ids, mask = random_batch(config, [4, 2])
-    fast_calls = ["_max_pooled_by_matmul"] + ["_run_layer_in_place"] * config.n_layers
+    convolutions, lstm_layers = len(config.filters), 2 * config.n_layers
+    inference = ["max_pooled_by_matmul"] * convolutions + ["lstm_layer_in_place"] * lstm_layers
 
     model(input_ids, attention_mask=mask).last_hidden_state.sum().backward()
-    assert calls == ["forward_with_handwritten_backward"] * 2 * config.n_layers
+    assert calls == ["conv_max_pooled"] * convolutions + ["lstm_layer_with_handwritten_backward"] * lstm_layers
     assert model.bilm.forward_layers[0].recurrent_kernel.grad is not None
 
     calls.clear()
-    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", False)
+    monkeypatch.setattr(config, "recurrence_implementation", "reference")
     model(input_ids, attention_mask=mask).last_hidden_state.sum().backward()
-    assert calls == ["forward"] * 2 * config.n_layers
-    monkeypatch.setattr(modeling_elmo, "_FAST_PATHS", True)
+    assert calls == ["conv_max_pooled"] * convolutions + ["lstm_layer_reference"] * lstm_layers
+    with torch.no_grad():
+        model(input_ids, attention_mask=mask)
+    assert calls[-lstm_layers - convolutions :] == ["conv_max_pooled"] * convolutions + (
+        ["lstm_layer_reference"] * lstm_layers
+    )
+    monkeypatch.setattr(config, "recurrence_implementation", "auto")
 
     calls.clear()
     model.requires_grad_(False)
     output = model(input_ids, attention_mask=mask)
-    assert calls == fast_calls and not output.last_hidden_state.requires_grad
+    assert calls == inference and not output.last_hidden_state.requires_grad
 
     calls.clear()
     model.requires_grad_(True)
     with torch.no_grad():
         model(input_ids, attention_mask=mask)
-    assert calls == fast_calls
+    assert calls == inference
 
     # Under autocast every path is the reference one, which lets autocast pick each operation's dtype.
     for grad_enabled in (False, True):
         calls.clear()
         with torch.set_grad_enabled(grad_enabled), torch.autocast("cpu", dtype=torch.bfloat16):
             model(input_ids, attention_mask=mask)
-        assert calls == ["forward"] * 2 * config.n_layers
+        assert calls == ["conv_max_pooled"] * convolutions + ["lstm_layer_reference"] * lstm_layers
+
+
+def test_recurrence_implementation_is_chosen_at_from_pretrained(tmp_path, tiny_model):
+    tiny_model.save_pretrained(tmp_path)
+    loaded = ElmoModel.from_pretrained(tmp_path, recurrence_implementation="reference")
+    assert loaded.config.recurrence_implementation == "reference"
+    assert loaded.bilm.forward_layers[0].config is loaded.config
+    with pytest.raises(ValueError, match="recurrence_implementation"):
+        ElmoModel.from_pretrained(tmp_path, recurrence_implementation="fast")
 
 
 def test_fast_recurrence_on_fixture_checkpoint(fixture_model, fixture_sentences, monkeypatch):
