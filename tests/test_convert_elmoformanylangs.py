@@ -70,23 +70,32 @@ def write_dic(path: Path, symbols: list[str]) -> None:
             print(f"{symbol}\t{index}", file=handle)
 
 
-def build_release(folder: Path, word_dim: int, filters: list, seed: int) -> Path:
-    """A release folder made by their code: `config.json` naming a settings file by an absolute path of another
-    machine (found by its base name), the vocabularies, and random weights saved in torch's legacy format."""
+def build_release(folder: Path, word_dim: int, filters: list, seed: int, settings: dict | None = None) -> Path:
+    """
+    A release folder made by their code: `config.json` naming a settings file by an absolute path of another
+    machine (found by its base name), the vocabularies, and random weights saved in torch's legacy format. With
+    `settings`, no settings file ships and `config_path` names the standard one, as in the real downloads, and the
+    weights keep their code's initialisation (realistic magnitudes at the released shapes).
+    """
     folder.mkdir(parents=True)
-    settings = release_settings(word_dim, filters)
-    (folder / "tiny_settings.json").write_text(json.dumps(settings), encoding="utf-8")
-    (folder / "config.json").write_text(json.dumps({"config_path": "/home/someone/elmo/configs/tiny_settings.json",
+    settings_name = "cnn_50_100_512_4096_sample.json" if settings else "tiny_settings.json"
+    if settings is None:
+        settings = release_settings(word_dim, filters)
+        (folder / settings_name).write_text(json.dumps(settings), encoding="utf-8")
+    word_dim = settings["token_embedder"]["word_dim"]
+    (folder / "config.json").write_text(json.dumps({"config_path": f"/home/someone/elmo/configs/{settings_name}",
                                                     "model": "output/tiny"}), encoding="utf-8")
     write_dic(folder / "char.dic", CHARACTERS + CHAR_MARKERS)
     write_dic(folder / "word.dic", WORDS)
     char_lexicon = {("\u3000" if c == "\xa0" else c): i for i, c in enumerate(CHARACTERS + CHAR_MARKERS)}
     word_layer = EmbeddingLayer(word_dim, {w: i for i, w in enumerate(WORDS)}, fix_emb=False) if word_dim else None
     torch.manual_seed(seed)
-    model = Model(settings, word_layer, EmbeddingLayer(4, char_lexicon, fix_emb=False))
-    with torch.no_grad():
-        for parameter in model.parameters():  # every weight random, the padding character's row and biases too
-            parameter.normal_(0.0, 0.6)
+    char_dim = settings["token_embedder"]["char_dim"]
+    model = Model(settings, word_layer, EmbeddingLayer(char_dim, char_lexicon, fix_emb=False))
+    if settings_name == "tiny_settings.json":
+        with torch.no_grad():
+            for parameter in model.parameters():  # every weight random, the padding character's row and biases too
+                parameter.normal_(0.0, 0.6)
     torch.save(model.token_embedder.state_dict(), folder / "token_embedder.pkl", _use_new_zipfile_serialization=False)
     torch.save(model.encoder.state_dict(), folder / "encoder.pkl", _use_new_zipfile_serialization=False)
     return folder
@@ -120,17 +129,37 @@ def our_layers(model, tokenizer, sentences, initial_state=None):
     return [stacked[row, :, 1:len(words) + 1] for row, words in enumerate(sentences)], output.final_state
 
 
-def assert_same_layers(ours, theirs):
+def assert_same_layers(ours, theirs) -> float:
+    """Checks every layer of every sentence within the float32 tolerance; returns the largest difference."""
+    worst = 0.0
     for mine, reference in zip(ours, theirs, strict=True):
         assert mine.shape == reference.shape
-        assert np.abs(mine - reference).max() < FLOAT32_TOLERANCE
+        worst = max(worst, float(np.abs(mine - reference).max()))
+    assert worst < FLOAT32_TOLERANCE
+    return worst
 
 
 def test_all_layers_equal_their_embedder(release):
     folder, converted = release
     model, tokenizer = ElmoModel.from_pretrained(converted).eval(), ElmoTokenizer.from_pretrained(converted)
     ours, _ = our_layers(model, tokenizer, SENTENCES)
-    assert_same_layers(ours, their_layers(folder, SENTENCES))
+    worst = assert_same_layers(ours, their_layers(folder, SENTENCES))
+    print(f"\nparity with ELMoForManyLangs ({converted.parent.name}), all layers: max |diff| = {worst:.2e}")
+
+
+@pytest.mark.slow
+def test_all_layers_equal_their_embedder_at_the_released_shapes(tmp_path):
+    """The shapes of every release (their `cnn_50_100_512_4096_sample.json`, built into the converter, as the
+    downloads lack it), with their own initialisation for realistic magnitudes."""
+    from hf_elmo.conversion_elmoformanylangs import STANDARD_SETTINGS
+
+    folder = build_release(tmp_path / "release", 0, [], seed=0, settings=STANDARD_SETTINGS)
+    convert_elmoformanylangs(folder, tmp_path / "converted")
+    model, tokenizer = ElmoModel.from_pretrained(tmp_path / "converted").eval(), ElmoTokenizer.from_pretrained(
+        tmp_path / "converted")
+    ours, _ = our_layers(model, tokenizer, SENTENCES)
+    worst = assert_same_layers(ours, their_layers(folder, SENTENCES))
+    print(f"\nparity with ELMoForManyLangs at the released shapes, all layers: max |diff| = {worst:.2e}")
 
 
 def test_plain_average_is_the_mean_of_the_hidden_states(release):
@@ -310,3 +339,32 @@ def test_settings_fall_back_to_the_built_in_standard(tmp_path):
     with pytest.raises(ElmoConversionError, match="the built-in cnn_50_100_512_4096_sample.json settings"):
         convert_elmoformanylangs(folder, tmp_path / "out")
     assert not (tmp_path / "out").exists()
+
+
+def test_heads_and_collators_read_the_word_inputs(release):
+    from transformers import DataCollatorForTokenClassification
+
+    from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
+
+    _, converted = release
+    tokenizer = ElmoTokenizer.from_pretrained(converted)
+    base = ElmoModel.from_pretrained(converted).eval()
+    features = [dict(tokenizer(words, is_split_into_words=True), labels=[0] * (len(words) + 2))
+                for words in SENTENCES[:3]]
+    batch = DataCollatorForTokenClassification(tokenizer)(features)
+    assert set(tokenizer.model_input_names) <= set(batch)
+    inputs = {key: batch[key] for key in tokenizer.model_input_names}
+    with torch.no_grad():
+        reference = base(**inputs, output_hidden_states=True).hidden_states
+        for head_class in (ElmoForSequenceClassification, ElmoForTokenClassification):
+            head = head_class.from_pretrained(converted, num_labels=2).eval()
+            labels = batch["labels"] if head_class is ElmoForTokenClassification else torch.tensor([0, 1, 0])
+            output = head(**inputs, labels=labels, output_hidden_states=True)
+            assert torch.isfinite(output.loss)
+            assert all(torch.equal(a, b) for a, b in zip(output.hidden_states, reference))
+    if tokenizer.word_input_vocab is not None:
+        with pytest.raises(ValueError, match="also reads word_input_ids"):
+            base(batch["input_ids"], batch["attention_mask"])
+    else:
+        with pytest.raises(ValueError, match="reads no word embedding"):
+            base(batch["input_ids"], word_input_ids=batch["attention_mask"])
