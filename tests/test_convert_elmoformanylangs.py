@@ -88,8 +88,8 @@ def build_release(folder: Path, word_dim: int, filters: list, seed: int, setting
     write_dic(folder / "char.dic", CHARACTERS + CHAR_MARKERS)
     write_dic(folder / "word.dic", WORDS)
     char_lexicon = {("\u3000" if c == "\xa0" else c): i for i, c in enumerate(CHARACTERS + CHAR_MARKERS)}
-    word_layer = EmbeddingLayer(word_dim, {w: i for i, w in enumerate(WORDS)}, fix_emb=False) if word_dim else None
     torch.manual_seed(seed)
+    word_layer = EmbeddingLayer(word_dim, {w: i for i, w in enumerate(WORDS)}, fix_emb=False) if word_dim else None
     char_dim = settings["token_embedder"]["char_dim"]
     model = Model(settings, word_layer, EmbeddingLayer(char_dim, char_lexicon, fix_emb=False))
     if settings_name == "tiny_settings.json":
