@@ -174,7 +174,8 @@ def state_dict_from_release(token_embedder: dict, encoder: dict, config: ElmoCon
         for part in ("weight", "bias"):
             state[f"char_encoder.convolutions.{i}.{part}"] = take(f"token_embedder.convolutions.{i}.{part}")
     for k in range(config.n_highway):
-        weight, bias = take(f"token_embedder.highways._layers.{k}.weight"), take(f"token_embedder.highways._layers.{k}.bias")
+        layer = f"token_embedder.highways._layers.{k}."
+        weight, bias = take(layer + "weight"), take(layer + "bias")
         prefix = f"char_encoder.highways.{k}."
         state.update({prefix + "nonlinear_weight": weight[:n], prefix + "nonlinear_bias": bias[:n],
                       prefix + "gate_weight": weight[n:], prefix + "gate_bias": bias[n:]})

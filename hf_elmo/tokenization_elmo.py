@@ -15,9 +15,12 @@ from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 from .alphabet_elmo import (
     BEGIN_OF_SENTENCE_CHAR,
+    BYTE_ALPHABET_SIZE,
     BYTE_BOUNDARY_WORDS,
+    BYTE_VALUES,
     CHAR_VOCAB_FILE,
     END_OF_SENTENCE_CHAR,
+    ID_SHIFT,
     CharacterAlphabet,
 )
 
@@ -126,6 +129,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         self._word_to_id = None if vocab_file is None else self.word_tokenizer.get_vocab()
         self.word_input_vocab = None if word_input_vocab_file is None else _read_word_input_vocab(word_input_vocab_file)
         self._symbols = self._character_symbols()
+        self._symbol_by_id = {i: symbol for symbol, i in self._symbols.items()}
         super().__init__(max_characters_per_token=max_characters_per_token, pre_tokenizer=pre_tokenizer, **kwargs)
         self.model_input_names = ["input_ids", "attention_mask"] + (
             ["word_input_ids"] if self.word_input_vocab is not None else []
@@ -134,15 +138,16 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     # -- the vocabulary: characters ---------------------------------------------------------------------------------
 
     def _character_symbols(self) -> dict[str, int]:
-        """Each character id's symbol -> the id as rows hold it (shifted); `<no character>` is 0, the padding of rows."""
+        """Each character id's symbol -> the id as rows hold it (shifted); `<no character>` is 0, padding rows."""
         symbols = {"<no character>": 0}
         if self.alphabet.learned:
-            symbols.update({symbol: i + 1 for symbol, i in self.alphabet.symbols.items()})
+            symbols.update({symbol: i + ID_SHIFT for symbol, i in self.alphabet.symbols.items()})
         else:
             # Bytes as ByT5 names them (one character per byte value), then the markers.
-            symbols.update({chr(byte): byte + 1 for byte in range(256)})
+            symbols.update({chr(byte): byte + ID_SHIFT for byte in range(BYTE_VALUES)})
             names = ("<bos>", "<eos>", "<bow>", "<eow>", "<pad>")
-            symbols.update({name: marker + 1 for name, marker in zip(names, range(BEGIN_OF_SENTENCE_CHAR, 261))})
+            markers = range(BEGIN_OF_SENTENCE_CHAR, BYTE_ALPHABET_SIZE)
+            symbols.update({name: marker + ID_SHIFT for name, marker in zip(names, markers)})
         return symbols
 
     @property
@@ -169,21 +174,19 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if tokens in self._symbols:
             return self._symbols[tokens]
         if self.alphabet.learned:
-            return self.alphabet.markers["unknown"] + 1
+            return self.alphabet.markers["unknown"] + ID_SHIFT
         raise ValueError(f"{tokens!r} is not one byte nor a marker: the byte alphabet's tokens are single bytes "
                          f"(chr(0)..chr(255)); use __call__ or encode for words")
 
     def convert_ids_to_tokens(self, ids: int | list[int], skip_special_tokens: bool = False) -> str | list[str]:
         """The symbol of a character id (or of each id of a list); `skip_special_tokens` drops the markers."""
-        by_id = getattr(self, "_symbol_by_id", None) or {i: symbol for symbol, i in self._symbols.items()}
-        self._symbol_by_id = by_id
         if isinstance(ids, int):
-            if ids not in by_id:
+            if ids not in self._symbol_by_id:
                 raise ValueError(f"{ids} is not a character id (0..{self.vocab_size - 1})")
-            return by_id[ids]
-        markers = {marker + 1 for marker in self.alphabet.markers.values()} | {0}
+            return self._symbol_by_id[ids]
+        markers = {marker + ID_SHIFT for marker in self.alphabet.markers.values()} | {0}
         if self.alphabet.learned:
-            markers.discard(self.alphabet.markers["unknown"] + 1)
+            markers.discard(self.alphabet.markers["unknown"] + ID_SHIFT)
         return [self.convert_ids_to_tokens(i) for i in ids if not (skip_special_tokens and i in markers)]
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:

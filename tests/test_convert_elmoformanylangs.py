@@ -139,12 +139,14 @@ def assert_same_layers(ours, theirs) -> float:
     return worst
 
 
-def test_all_layers_equal_their_embedder(release):
+@pytest.mark.parametrize("implementation", ["auto", "reference"])
+def test_all_layers_equal_their_embedder(release, implementation):
     folder, converted = release
-    model, tokenizer = ElmoModel.from_pretrained(converted).eval(), ElmoTokenizer.from_pretrained(converted)
-    ours, _ = our_layers(model, tokenizer, SENTENCES)
+    model = ElmoModel.from_pretrained(converted, recurrence_implementation=implementation).eval()
+    ours, _ = our_layers(model, ElmoTokenizer.from_pretrained(converted), SENTENCES)
     worst = assert_same_layers(ours, their_layers(folder, SENTENCES))
-    print(f"\nparity with ELMoForManyLangs ({converted.parent.name}), all layers: max |diff| = {worst:.2e}")
+    print(f"\nparity with ELMoForManyLangs ({converted.parent.name}, {implementation}), all layers: "
+          f"max |diff| = {worst:.2e}")
 
 
 @pytest.mark.slow
@@ -257,7 +259,8 @@ def test_auto_classes_and_remote_code_load_the_folder(release, tmp_path):
     )
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
     env.pop("PYTHONPATH", None)
-    result = subprocess.run([sys.executable, "-c", script, str(converted), json.dumps(SENTENCES), str(tmp_path / "o.pt")],
+    arguments = [str(converted), json.dumps(SENTENCES), str(tmp_path / "o.pt")]
+    result = subprocess.run([sys.executable, "-c", script, *arguments],
                             env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert result.returncode == 0, result.stderr[-3000:]
     stacked = torch.load(tmp_path / "o.pt").numpy()

@@ -231,7 +231,8 @@ def test_learned_tokenizer_pads_saves_and_loads(tmp_path):
     tokenizer = learned_tokenizer(tmp_path)
     features = [tokenizer(words, is_split_into_words=True) for words in (["abc"], ["한국어", "abc", "x"])]
     collated = DataCollatorWithPadding(tokenizer)(features)
-    direct = tokenizer([["abc"], ["한국어", "abc", "x"]], is_split_into_words=True, padding=True, return_tensors="pt")
+    sentences = [["abc"], ["한국어", "abc", "x"]]
+    direct = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     for key in ("input_ids", "attention_mask", "word_input_ids"):
         assert torch.equal(collated[key], direct[key]), key
     with pytest.raises(ValueError, match="lack them"):
