@@ -30,6 +30,8 @@ BEGIN_OF_WORD_CHAR = 258
 END_OF_WORD_CHAR = 259
 PADDING_CHAR = 260
 BYTE_ALPHABET_SIZE = 261
+BYTE_MARKERS = {"begin_of_sentence": BEGIN_OF_SENTENCE_CHAR, "end_of_sentence": END_OF_SENTENCE_CHAR,
+                "begin_of_word": BEGIN_OF_WORD_CHAR, "end_of_word": END_OF_WORD_CHAR, "padding": PADDING_CHAR}
 
 # Words that stand for the sentence boundaries, by alphabet kind (as in each original vocabulary).
 BYTE_BOUNDARY_WORDS = ("<S>", "</S>")
@@ -39,10 +41,6 @@ LEARNED_BOUNDARY_WORDS = ("<bos>", "<eos>")
 MARKER_ROLES = ("begin_of_sentence", "end_of_sentence", "begin_of_word", "end_of_word", "padding", "unknown")
 MARKER_SYMBOLS = ("<bos>", "<eos>", "<bow>", "<eow>", "<pad>", "<oov>")
 CHAR_VOCAB_FILE = "char_vocab.json"
-
-
-BYTE_MARKERS = dict(zip(MARKER_ROLES[:5], (
-    BEGIN_OF_SENTENCE_CHAR, END_OF_SENTENCE_CHAR, BEGIN_OF_WORD_CHAR, END_OF_WORD_CHAR, PADDING_CHAR)))
 
 
 @dataclass(frozen=True)

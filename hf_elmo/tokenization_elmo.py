@@ -353,6 +353,21 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             data = {key: _int64_tensor(value, return_tensors) for key, value in data.items()}
         return ElmoBatchEncoding(data, word_ids=word_ids_batch, tensor_type=return_tensors)
 
+    def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs) -> list[str]:
+        """
+        The words a raw string becomes, one per position (with the boundary words when `add_special_tokens`). A
+        position's id is a row of character ids: get them with `encode` or `__call__`, not `convert_tokens_to_ids`,
+        which maps characters.
+        """
+        if kwargs:
+            raise TypeError(f"ElmoTokenizer.tokenize got unexpected arguments: {sorted(kwargs)}")
+        bos, eos = self.alphabet.boundary_words
+        words = []
+        for sentence in [text] if pair is None else [text, pair]:
+            split = self.split_words(sentence)
+            words.extend([bos, *split, eos] if add_special_tokens else split)
+        return words
+
     def encode(self, text, text_pair=None, add_special_tokens: bool = True, **kwargs) -> list[list[int]]:
         """The `input_ids` of one sentence (or pair): a list of character-id rows, one per position."""
         if not isinstance(text, str) and not kwargs.get("is_split_into_words"):

@@ -156,6 +156,13 @@ def test_encode_is_the_input_ids_of_one_sentence():
         tokenizer.encode(["a b", "c"])
 
 
+def test_tokenize_gives_the_words_of_the_positions():
+    tokenizer = ElmoTokenizer(pre_tokenizer="whitespace")
+    assert tokenizer.tokenize("The cat, sat") == ["The", "cat", ",", "sat"]
+    assert tokenizer.tokenize("a b", "c", add_special_tokens=True) == ["<S>", "a", "b", "</S>", "<S>", "c", "</S>"]
+    assert len(tokenizer.tokenize("a b", "c", add_special_tokens=True)) == len(tokenizer.encode("a b", "c"))
+
+
 def test_decode_and_batch_decode():
     tokenizer = ElmoTokenizer()
     batch = tokenizer(["The cat sat .", "Dogs"], padding=True)["input_ids"]
