@@ -313,8 +313,9 @@ def _mix_weights(text: str, model) -> list[float]:
         weights = [float(w) for w in text.split(",")]
     except ValueError as error:
         raise CliError(f"--mix takes comma-separated numbers, got {text!r}") from error
-    if len(weights) != model.config.num_hidden_layers:
-        raise CliError(f"--mix needs {model.config.num_hidden_layers} weights (one per layer), got {len(weights)}")
+    if len(weights) != model.config.num_representation_layers:
+        raise CliError(f"--mix needs {model.config.num_representation_layers} weights (one per layer), got "
+                       f"{len(weights)}")
     return weights
 
 
@@ -382,7 +383,7 @@ def info_command(args) -> int:
         "model": args.model,
         "dtype": str(model.dtype).removeprefix("torch."),
         "parameters": f"{model.num_parameters():,}",
-        "representation layers": f"{config.num_hidden_layers} (token layer + {config.n_layers} LSTM layers)",
+        "representation layers": f"{config.num_representation_layers} (token layer + {config.n_layers} LSTM layers)",
         "representation size": f"{config.hidden_size} (2 x projection_dim {config.projection_dim})",
         "LSTM cells": f"{config.cell_dim} per direction and layer",
         "skip connections": config.use_skip_connections,

@@ -72,9 +72,14 @@ class ElmoConfig(PretrainedConfig):
 
         word_vocab_size (`int`, *optional*): words of the shared softmax (the tokenizer's word vocabulary).
         n_negative_samples (`int`, *optional*): sampled-softmax candidates per training batch.
+
+    transformers' standard names: `num_hidden_layers` is `n_layers` (so a model returns `num_hidden_layers + 1`
+    hidden states), `hidden_size` is `2 * projection_dim` (read-only; a value given by another model type's config
+    is ignored); other keys such configs write are kept as plain attributes and unused.
     """
 
     model_type = "elmo"
+    attribute_map = {"num_hidden_layers": "n_layers"}
 
     def __init__(
         self,
@@ -111,6 +116,9 @@ class ElmoConfig(PretrainedConfig):
         always_project=False,
         **kwargs,
     ):
+        n_layers = kwargs.pop("num_hidden_layers", n_layers)
+        # Derived from projection_dim: a config.json saved by another model type may carry its own.
+        kwargs.pop("hidden_size", None)
         filters = [list(f) for f in (ORIGINAL_FILTERS if filters is None else filters)]
         if activation not in ("relu", "tanh"):
             raise ValueError(f"activation must be 'relu' or 'tanh', got {activation!r}")
@@ -194,8 +202,8 @@ class ElmoConfig(PretrainedConfig):
         return 2 * self.projection_dim
 
     @property
-    def num_hidden_layers(self) -> int:
-        """Representation layers: the token layer plus one per LSTM layer."""
+    def num_representation_layers(self) -> int:
+        """Layers a model returns and the ELMo mix weighs: the token layer plus one per LSTM layer."""
         return self.n_layers + 1
 
     @classmethod

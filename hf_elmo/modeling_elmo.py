@@ -207,6 +207,7 @@ class ElmoBiLm(nn.Module):
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
+        self.projection_dim = config.projection_dim
         self.use_skip_connections = config.use_skip_connections
         self.forward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
         self.backward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
@@ -216,16 +217,23 @@ class ElmoBiLm(nn.Module):
     ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """
         `tokens` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool, right-padded; `hidden`, `memory` the
-        initial state `(n_layers, 2, batch, dim)`. Returns each layer's `[forward ; backward]` output and the final
-        state in the layout of the initial one.
+        initial state `(n_layers, 2, batch, dim)`. Returns the `n_layers + 1` layers `[forward ; backward]` (the
+        first `[tokens ; tokens]`) and the final state in the layout of the initial one. Each layer reads its input
+        from the layer returned before it, so that the returned layers are the tensors of the autograd graph.
         """
         lengths = mask.sum(dim=1)
-        layer_outputs, final_hidden, final_memory = self.run_stacks(
-            tokens, reverse_valid_steps(tokens, lengths), mask, hidden, memory
-        )
-        joined = [torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1)
-                  for forward_output, backward_output in layer_outputs]
-        return joined, final_hidden, final_memory
+        layers = [torch.cat([tokens, tokens], dim=-1)]
+        final_hidden, final_memory = [], []
+        for index in range(len(self.forward_layers)):
+            forward_input = layers[-1][..., : self.projection_dim]
+            backward_input = reverse_valid_steps(layers[-1][..., self.projection_dim :], lengths)
+            (forward_output, backward_output), layer_hidden, layer_memory = self.run_layer(
+                index, forward_input, backward_input, mask, hidden[index], memory[index]
+            )
+            layers.append(torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1))
+            final_hidden.append(layer_hidden)
+            final_memory.append(layer_memory)
+        return layers, torch.stack(final_hidden), torch.stack(final_memory)
 
     def run_stacks(
         self,
@@ -242,19 +250,42 @@ class ElmoBiLm(nn.Module):
         """
         final_hidden, final_memory = [], []
         layer_outputs = []
-        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            forward_output, forward_h, forward_c = forward_layer(forward_input, mask, hidden[index, 0],
-                                                                 memory[index, 0])
-            backward_output, backward_h, backward_c = backward_layer(backward_input, mask, hidden[index, 1],
-                                                                     memory[index, 1])
-            if self.use_skip_connections and index > 0:
-                forward_output = forward_output + forward_input
-                backward_output = backward_output + backward_input
-            layer_outputs.append((forward_output, backward_output))
-            final_hidden.append(torch.stack([forward_h, backward_h]))
-            final_memory.append(torch.stack([forward_c, backward_c]))
-            forward_input, backward_input = forward_output, backward_output
+        for index in range(len(self.forward_layers)):
+            outputs, layer_hidden, layer_memory = self.run_layer(
+                index, forward_input, backward_input, mask, hidden[index], memory[index]
+            )
+            layer_outputs.append(outputs)
+            final_hidden.append(layer_hidden)
+            final_memory.append(layer_memory)
+            forward_input, backward_input = outputs
         return layer_outputs, torch.stack(final_hidden), torch.stack(final_memory)
+
+    def run_layer(
+        self,
+        index: int,
+        forward_input: torch.Tensor,
+        backward_input: torch.Tensor,
+        mask: torch.Tensor,
+        hidden: torch.Tensor,
+        memory: torch.Tensor,
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]:
+        """
+        Layer `index` of both stacks, each on its input in its reading order, from the state `hidden`, `memory`
+        `(2, batch, dim)`. Returns `(forward_output, backward_output)` (skip connection added) and the final state.
+        """
+        directions = []
+        layers = (self.forward_layers[index], self.backward_layers[index])
+        for direction, (layer, inputs) in enumerate(zip(layers, (forward_input, backward_input))):
+            # Under a `device_map` each layer runs and returns on its own device; the stacks go on from the mask's.
+            output, layer_hidden, layer_memory = (
+                result.to(mask.device) for result in layer(inputs, mask, hidden[direction], memory[direction])
+            )
+            if self.use_skip_connections and index > 0:
+                output = output + inputs
+            directions.append((output, layer_hidden, layer_memory))
+        (forward_output, forward_h, forward_c), (backward_output, backward_h, backward_c) = directions
+        final_hidden, final_memory = torch.stack([forward_h, backward_h]), torch.stack([forward_c, backward_c])
+        return (forward_output, backward_output), final_hidden, final_memory
 
 
 class ElmoScalarMix(nn.Module):
@@ -287,8 +318,8 @@ class ElmoScalarMix(nn.Module):
 
     @classmethod
     def from_config(cls, config: ElmoConfig) -> "ElmoScalarMix":
-        return cls(config.num_hidden_layers, config.mix_layer_norm, config.mix_weights, config.mix_l2_coefficient,
-                   config.mix_dropout)
+        return cls(config.num_representation_layers, config.mix_layer_norm, config.mix_weights,
+                   config.mix_l2_coefficient, config.mix_dropout)
 
     @torch.no_grad()
     def reset_parameters(self):
@@ -299,8 +330,14 @@ class ElmoScalarMix(nn.Module):
             self.scalar_parameters.copy_(torch.tensor(self.fixed_weights))
         self.gamma.fill_(1.0)
 
-    def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
-        """`layers`: `num_layers` tensors `(batch, positions, dim)`; `mask` `(batch, positions)`. Returns their mix."""
+    def forward(
+        self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor, with_penalty: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """
+        `layers`: `num_layers` tensors `(batch, positions, dim)`; `mask` `(batch, positions)`. Returns their mix, and
+        with `with_penalty` also `penalty()`, taken within this call (where hooks such as accelerate's offloading
+        have loaded the weights).
+        """
         if len(layers) != self.num_layers:
             raise ValueError(f"ElmoScalarMix expects {self.num_layers} layers, got {len(layers)}")
         weights = torch.softmax(self.scalar_parameters, dim=0)
@@ -310,7 +347,8 @@ class ElmoScalarMix(nn.Module):
             if self.layer_norm:
                 layer = self._normalised(layer, valid)
             mixed = mixed + weight * layer
-        return self.dropout(self.gamma * mixed)
+        mixed = self.dropout(self.gamma * mixed)
+        return (mixed, self.penalty()) if with_penalty else mixed
 
     @staticmethod
     def _normalised(layer: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -327,12 +365,32 @@ class ElmoScalarMix(nn.Module):
         return self.l2_coefficient * (self.scalar_parameters**2).sum()
 
 
+def refuse_attention_and_embeddings(inputs_embeds: torch.Tensor | None, output_attentions: bool | None):
+    """
+    Accepts the standard `inputs_embeds` and `output_attentions` keywords (PEFT's task wrappers pass them as None) and
+    refuses any value, with the reason.
+    """
+    if inputs_embeds is not None:
+        raise ValueError("ELMo takes character ids, not inputs_embeds: each word's vector is computed from the "
+                         "embeddings of its characters by the CNN; pass input_ids")
+    if output_attentions:
+        raise ValueError("ELMo has no attention to output: it is a character CNN and LSTMs; use output_hidden_states")
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
-    _no_split_modules = ["ElmoLstmLayer"]
+    # Modules whose forward combines the results of their children (or, for a layer, its own weights): each must sit
+    # on one device. Every kernel runs inside its own module's call, where accelerate's hooks have loaded the weights.
+    _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer", "ElmoTaskEncoder"]
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        raise NotImplementedError(
+            "ELMo reads a fixed alphabet of character ids (bytes: 262 ids, 256 bytes, 5 markers, a zero row for no "
+            "character; or a learned vocabulary saved with its tokenizer): there are no word tokens to resize"
+        )
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`."""
@@ -380,6 +438,16 @@ class ElmoModel(ElmoPreTrainedModel):
         self.bilm = ElmoBiLm(config)
         self.post_init()
 
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The character table, `(alphabet rows, char_embedding_dim)` (262 rows for bytes): the lookup of input ids."""
+        return self.char_encoder.char_embedding
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        expected = (self.config.alphabet.table_rows, self.config.char_embedding_dim)
+        if not isinstance(value, nn.Embedding) or tuple(value.weight.shape) != expected:
+            raise ValueError(f"the character table must be an nn.Embedding of shape {expected} (a fixed alphabet)")
+        self.char_encoder.char_embedding = value
+
     def embed_words(
         self, input_ids: torch.LongTensor, mask: torch.Tensor, word_input_ids: torch.LongTensor | None = None
     ) -> torch.Tensor:
@@ -389,18 +457,25 @@ class ElmoModel(ElmoPreTrainedModel):
         Each distinct word (character row and word id) is encoded once.
         """
         flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
-        if self.char_encoder.word_embedding is None:
-            distinct_ids, where = torch.unique(flat_ids, dim=0, return_inverse=True)
-            embedded = self.char_encoder(distinct_ids)[where]
+        if word_input_ids is not None:  # a word is its row and its word id: the id rides along as a last column
+            flat_ids = torch.cat([flat_ids, word_input_ids.reshape(-1, 1).to(flat_ids.dtype)], dim=-1)
+        if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+            # The number of distinct words is data-dependent: a traced graph encodes every position.
+            distinct_ids, where = flat_ids, None
         else:
-            keyed = torch.cat([flat_ids, word_input_ids.reshape(-1, 1).to(flat_ids.dtype)], dim=-1)
-            distinct, where = torch.unique(keyed, dim=0, return_inverse=True)
-            embedded = self.char_encoder(distinct[:, :-1], distinct[:, -1])[where]
+            distinct_ids, where = torch.unique(flat_ids, dim=0, return_inverse=True)
+        if word_input_ids is None:
+            embedded = self.char_encoder(distinct_ids)
+        else:
+            embedded = self.char_encoder(distinct_ids[:, :-1], distinct_ids[:, -1])
+        if where is not None:
+            # Under a `device_map` the encoder returns on its own device.
+            embedded = embedded.to(where.device)[where]
         return embedded.view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
 
     def _validated_word_inputs(self, input_ids: torch.Tensor, word_input_ids: torch.Tensor | None):
         """`word_input_ids` checked against the config: needed exactly when the model reads a word embedding."""
-        if self.char_encoder.word_embedding is None:
+        if self.config.word_input_vocab_size is None:
             if word_input_ids is not None:
                 raise ValueError("word_input_ids were given, but this model reads no word embedding")
             return None
@@ -420,6 +495,8 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: None = None,
+        output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput | tuple:
         r"""
@@ -434,21 +511,23 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states (`bool`, *optional*): also return all `n_layers + 1` representation layers.
             token_type_ids (`torch.Tensor`, *optional*): accepted for sentence-pair batches from the tokenizer; the
                 biLM does not use it.
+            inputs_embeds, output_attentions: transformers' standard keywords, accepted as `None` (every head takes
+                them); ELMo has neither, so a value is refused.
             word_input_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word id of every
                 position, for models with a word-embedding input (`config.word_input_vocab_size`); from the tokenizer.
         """
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
+        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         mask = self._validated_mask(input_ids, attention_mask)
         hidden, memory = self._validated_state(initial_state, input_ids.shape[0], input_ids.device)
         word_input_ids = self._validated_word_inputs(input_ids, word_input_ids)
 
         tokens = self.embed_words(input_ids, mask, word_input_ids)
-        layer_outputs, final_hidden, final_memory = self.bilm(tokens, mask, hidden, memory)
-        token_layer = torch.cat([tokens, tokens], dim=-1)
-        all_layers = (token_layer, *layer_outputs)
+        all_layers, final_hidden, final_memory = self.bilm(tokens, mask, hidden, memory)
+        all_layers = tuple(all_layers)
 
         output = ElmoModelOutput(
             last_hidden_state=all_layers[-1],
@@ -533,7 +612,9 @@ class ElmoModel(ElmoPreTrainedModel):
                                  f"{tuple(input_ids.shape[:2])}")
             mask = attention_mask.bool()
         lengths = mask.sum(dim=1, keepdim=True)
-        if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
+        # An exported or compiled graph cannot raise on values: the check runs in eager mode only.
+        exporting = torch.compiler.is_exporting() or torch.compiler.is_compiling()
+        if not exporting and not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
             raise ValueError("attention_mask must mark each row's valid positions first (right padding)")
         return mask
 
@@ -580,11 +661,12 @@ class ElmoTaskEncoder(nn.Module):
         )
         self.output_dim = 2 * config.task_lstm_dim if self.lstm is not None else width
 
-    def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """
-        `layers` the biLM's `n_layers + 1` outputs, `mask` `(batch, positions)` -> `(batch, positions, output_dim)`.
+        `layers` the biLM's `n_layers + 1` outputs, `mask` `(batch, positions)` -> the features `(batch, positions,
+        output_dim)` and the mix's L2 penalty for the loss.
         """
-        features = self.mix(layers, mask)
+        features, penalty = self.mix(layers, mask, with_penalty=True)
         if self.concat_token_representation:
             # Layer 0 is [x ; x]: its first half is the context-independent representation.
             features = torch.cat([layers[0][..., : self.projection_dim], features], dim=-1)
@@ -594,7 +676,7 @@ class ElmoTaskEncoder(nn.Module):
             output, _ = self.lstm(packed)
             features, _ = pad_packed_sequence(output, batch_first=True, total_length=mask.shape[1])
             features = features * mask.unsqueeze(-1).to(features.dtype)
-        return features
+        return features, penalty
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -637,13 +719,19 @@ class ElmoHeadModel(ElmoPreTrainedModel):
         self.task_encoder.mix.scalar_parameters.requires_grad_(self.config.mix_weights is None)
 
     def _encode(self, input_ids, attention_mask, output_hidden_states, word_input_ids=None):
-        """The task features `(batch, positions, dim)`, the valid mask, and the biLM output."""
+        """
+        The task features `(batch, positions, dim)`, the valid mask, the biLM's layers when asked for, and the mix's
+        L2 penalty.
+        """
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
         mask = self.elmo._validated_mask(input_ids, attention_mask)
         elmo_output = self.elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True,
                                 word_input_ids=word_input_ids)
-        features = self.task_encoder(elmo_output.hidden_states, mask)
+        features, penalty = self.task_encoder(elmo_output.hidden_states, mask)
         hidden_states = elmo_output.hidden_states if output_hidden_states else None
-        return features, mask, hidden_states
+        return features.to(mask.device), mask, hidden_states, penalty
 
 
 class ElmoForSequenceClassification(ElmoHeadModel):
@@ -667,6 +755,8 @@ class ElmoForSequenceClassification(ElmoHeadModel):
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        inputs_embeds: None = None,
+        output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
     ) -> SequenceClassifierOutput | tuple:
         r"""
@@ -678,8 +768,11 @@ class ElmoForSequenceClassification(ElmoHeadModel):
                 targets for regression / multi-label classification, following `config.problem_type`.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
+        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        features, mask, hidden_states = self._encode(input_ids, attention_mask, output_hidden_states, word_input_ids)
+        features, mask, hidden_states, penalty = self._encode(
+            input_ids, attention_mask, output_hidden_states, word_input_ids
+        )
         words = word_positions(input_ids, mask, self.config)
         if self.config.pair_classification:
             if token_type_ids is None:
@@ -694,7 +787,8 @@ class ElmoForSequenceClassification(ElmoHeadModel):
 
         loss = None
         if labels is not None:
-            loss = self._classification_loss(logits, labels) + self.task_encoder.mix.penalty()
+            loss = self._classification_loss(logits, labels.to(logits.device))
+            loss = loss + penalty.to(loss.device)
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
         return output if return_dict else output.to_tuple()
 
@@ -737,6 +831,8 @@ class ElmoForTokenClassification(ElmoHeadModel):
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        inputs_embeds: None = None,
+        output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
     ) -> TokenClassifierOutput | tuple:
         r"""
@@ -746,8 +842,11 @@ class ElmoForTokenClassification(ElmoHeadModel):
                 (and any label at a boundary or padded position) is ignored.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
+        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        features, mask, hidden_states = self._encode(input_ids, attention_mask, output_hidden_states, word_input_ids)
+        features, mask, hidden_states, penalty = self._encode(
+            input_ids, attention_mask, output_hidden_states, word_input_ids
+        )
         logits = self.classifier(features)
 
         loss = None
@@ -755,9 +854,9 @@ class ElmoForTokenClassification(ElmoHeadModel):
             if labels.shape != mask.shape:
                 raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, positions), got "
                                  f"{tuple(labels.shape)}")
-            labels = labels.masked_fill(~word_positions(input_ids, mask, self.config), -100)
+            labels = labels.masked_fill(~word_positions(input_ids, mask, self.config), -100).to(logits.device)
             loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
-            loss = loss + self.task_encoder.mix.penalty()
+            loss = loss + penalty.to(loss.device)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
         return output if return_dict else output.to_tuple()
 
@@ -794,13 +893,36 @@ class ElmoForPreTrainingOutput(ModelOutput):
             under the forward LM (sampled softmax in training mode, exact softmax in eval mode).
         backward_loss (`torch.FloatTensor` of shape `()`, *optional*): the same for each previous word under the
             backward LM.
+        forward_logits (`torch.FloatTensor` of shape `(batch, positions, word_vocab_size)`, *optional*): the exact
+            softmax's logits of the next word under the forward LM at every position; returned when no `labels` are
+            given (`log_softmax(-1)` of them is [`ElmoForPreTraining.word_log_probs`]).
+        backward_logits (`torch.FloatTensor` of shape `(batch, positions, word_vocab_size)`, *optional*): the same
+            for the previous word under the backward LM.
         hidden_states (`tuple(torch.FloatTensor)`, *optional*): the biLM's layers, as in [`ElmoModelOutput`].
     """
 
     loss: torch.FloatTensor | None = None
     forward_loss: torch.FloatTensor | None = None
     backward_loss: torch.FloatTensor | None = None
+    forward_logits: torch.FloatTensor | None = None
+    backward_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+class ElmoWordSoftmax(nn.Linear):
+    """
+    The word softmax shared by both directions: states `(..., projection_dim)` -> logits `(..., word_vocab_size)`.
+    Given `targets` `(rows,)` and `candidates` `(n,)` with states `(rows, projection_dim)`, it returns only the logit
+    of each row's target `(rows,)` and the candidates' logits `(rows, n)`, for a sampled softmax.
+    """
+
+    def forward(
+        self, states: torch.Tensor, targets: torch.Tensor | None = None, candidates: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        if targets is None:
+            return super().forward(states)
+        target_logits = (states * self.weight[targets]).sum(-1) + self.bias[targets]
+        return target_logits, F.linear(states, self.weight[candidates], self.bias[candidates])
 
 
 def log_expected_counts(ids: torch.Tensor, vocab_size: int, num_sampled: int) -> torch.Tensor:
@@ -842,7 +964,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if not isinstance(vocab_size, int) or vocab_size < 2:
             raise ValueError(f"ElmoForPreTraining needs config.word_vocab_size (an int >= 2), got {vocab_size!r}")
         self.elmo = ElmoModel(config)
-        self.softmax = nn.Linear(config.projection_dim, vocab_size)
+        self.softmax = ElmoWordSoftmax(config.projection_dim, vocab_size)
         self.post_init()
 
     def forward(
@@ -852,6 +974,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        inputs_embeds: None = None,
+        output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
     ) -> ElmoForPreTrainingOutput | tuple:
         r"""
@@ -860,13 +984,19 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             attention_mask (`torch.Tensor` of shape `(batch, positions)`, *optional*): 1 for valid positions.
             labels (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word id at every position,
                 `<S>` and `</S>` included (from `ElmoTokenizer(..., return_word_labels=True)`); -100 is ignored.
+                Without labels, the output holds the exact softmax's logits of both directions at every position
+                (`batch * positions * word_vocab_size` floats each) instead of the losses.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
+        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         outputs = self.elmo(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=True,
                             word_input_ids=word_input_ids)
-        forward_loss = backward_loss = loss = None
-        if labels is not None:
+        forward_loss = backward_loss = loss = forward_logits = backward_logits = None
+        if labels is None:
+            top, dim = outputs.last_hidden_state, self.config.projection_dim
+            forward_logits, backward_logits = self.softmax(top[..., :dim]), self.softmax(top[..., dim:])
+        else:
             if labels.shape != input_ids.shape[:2]:
                 raise ValueError(f"labels must have shape {tuple(input_ids.shape[:2])}, got {tuple(labels.shape)}")
             valid = self.elmo._validated_mask(input_ids, attention_mask)
@@ -884,7 +1014,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             backward_loss = self._direction_loss(backward_states, backward_targets, negatives)
             loss = (forward_loss + backward_loss) / 2
         output = ElmoForPreTrainingOutput(
-            loss=loss, forward_loss=forward_loss, backward_loss=backward_loss, hidden_states=outputs.hidden_states
+            loss=loss, forward_loss=forward_loss, backward_loss=backward_loss, forward_logits=forward_logits,
+            backward_logits=backward_logits, hidden_states=outputs.hidden_states,
         )
         return output if return_dict else output.to_tuple()
 
@@ -902,11 +1033,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if targets.min() < 0 or targets.max() >= self.softmax.out_features:
             raise ValueError(f"labels must be word ids in [0, {self.softmax.out_features}) or -100")
         if negatives is None:
-            return F.cross_entropy(self.softmax(states).float(), targets)
+            return F.cross_entropy(self.softmax(states).float().to(targets.device), targets)
         vocab_size, num_sampled = self.softmax.out_features, negatives.numel()
-        weight, bias = self.softmax.weight, self.softmax.bias
-        true_logits = ((states * weight[targets]).sum(-1) + bias[targets]).float()
-        sampled_logits = F.linear(states, weight[negatives], bias[negatives]).float()
+        true_logits, sampled_logits = (logits.float().to(targets.device)
+                                       for logits in self.softmax(states, targets, negatives))
         sampled_logits = sampled_logits - log_expected_counts(negatives, vocab_size, num_sampled)
         sampled_logits = sampled_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
         logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
@@ -920,10 +1050,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         Exact log-probabilities `(batch, positions, word_vocab_size)` of the next word (forward LM) and of the
         previous word (backward LM) at every position.
         """
-        top = self.elmo(input_ids, attention_mask, return_dict=True).last_hidden_state
-        dim = self.config.projection_dim
-        forward_logits, backward_logits = self.softmax(top[..., :dim]), self.softmax(top[..., dim:])
-        return forward_logits.float().log_softmax(-1), backward_logits.float().log_softmax(-1)
+        output = self(input_ids, attention_mask, return_dict=True)
+        return output.forward_logits.float().log_softmax(-1), output.backward_logits.float().log_softmax(-1)
 
 
 __all__ = [

@@ -12,7 +12,7 @@ def test_defaults_are_the_original_elmo_shapes():
     assert (config.n_layers, config.cell_dim, config.projection_dim, config.n_highway) == (2, 4096, 512, 2)
     assert (config.char_embedding_dim, config.max_characters_per_token, config.n_characters) == (16, 50, 262)
     assert config.use_skip_connections and config.cell_clip == 3 and config.proj_clip == 3
-    assert config.hidden_size == 1024 and config.num_hidden_layers == 3
+    assert config.hidden_size == 1024 and config.num_hidden_layers == 2 and config.num_representation_layers == 3
 
 
 def test_original_options_round_trip(fixture_dir):
