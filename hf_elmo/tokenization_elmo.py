@@ -166,13 +166,27 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     def added_tokens_decoder(self) -> dict:
         return {}
 
+    @property
+    def bos_token_id(self) -> None:
+        """`None`: the `<S>` position is a whole row of character ids (see `encode`), not one id."""
+        return None
+
+    @property
+    def eos_token_id(self) -> None:
+        """`None`: the `</S>` position is a whole row of character ids (see `encode`), not one id."""
+        return None
+
     def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | list[int]:
-        """The id of a character symbol (see `get_vocab`); an unknown character of a learned alphabet gets
-        `<oov>`'s id."""
+        """
+        The id of a character symbol (see `get_vocab`); an unknown character of a learned alphabet gets `<oov>`'s
+        id. The boundary words give the id of their sentence marker, which tells their rows apart.
+        """
         if not isinstance(tokens, str):
             return [self.convert_tokens_to_ids(token) for token in tokens]
         if tokens in self._symbols:
             return self._symbols[tokens]
+        if tokens in self.alphabet.boundary_words:
+            return self.alphabet.sentence_marker_row_ids()[self.alphabet.boundary_words.index(tokens)]
         if self.alphabet.learned:
             return self.alphabet.markers["unknown"] + ID_SHIFT
         raise ValueError(f"{tokens!r} is not one byte nor a marker: the byte alphabet's tokens are single bytes "

@@ -180,6 +180,9 @@ def test_vocabulary_is_the_characters():
     assert len(tokenizer) == tokenizer.vocab_size == len(vocab) == 262
     assert vocab["a"] == tokenizer.convert_tokens_to_ids("a") == ord("a") + 1 == word_to_char_ids("a", 50)[1]
     assert tokenizer.convert_tokens_to_ids(["<bow>", "<eow>"]) == [259, 260]
+    assert tokenizer.convert_tokens_to_ids(["<S>", "</S>"]) == [257, 258] == tokenizer.all_special_ids
+    # A boundary is a row, not one id: nothing for the Trainer to copy into the model config.
+    assert tokenizer.bos_token_id is None and tokenizer.eos_token_id is None
     assert tokenizer.convert_ids_to_tokens(ord("a") + 1) == "a"
     assert tokenizer.convert_ids_to_tokens([259, 98, 260], skip_special_tokens=True) == ["a"]
     assert sorted(vocab.values()) == list(range(262))
