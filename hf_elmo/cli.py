@@ -120,8 +120,9 @@ def embed_batch(model, tokenizer, sentences: list[list[str]]) -> list[torch.Tens
     """Float32 CPU tensors `(n_layers + 1, words, dim)` of each sentence, boundary positions removed."""
     device = model.device
     encoding = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    word_inputs = {"word_input_ids": encoding["word_input_ids"].to(device)} if "word_input_ids" in encoding else {}
     output = model(encoding["input_ids"].to(device), attention_mask=encoding["attention_mask"].to(device),
-                   output_hidden_states=True)
+                   output_hidden_states=True, **word_inputs)
     stacked = torch.stack(output.hidden_states, dim=1).float().cpu()
     return [stacked[row, :, 1:len(words) + 1] for row, words in enumerate(sentences)]
 
@@ -129,8 +130,9 @@ def embed_batch(model, tokenizer, sentences: list[list[str]]) -> list[torch.Tens
 @torch.no_grad()
 def embed_long(model, tokenizer, words: list[str], window: int) -> torch.Tensor:
     """Like `embed_batch` for one sentence, computed `window` positions at a time with the LSTM state carried."""
-    input_ids = tokenizer([words], is_split_into_words=True, return_tensors="pt")["input_ids"][0]
-    layers = model.windowed_hidden_states(input_ids.to(model.device), window)
+    encoding = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+    word_input_ids = encoding["word_input_ids"][0].to(model.device) if "word_input_ids" in encoding else None
+    layers = model.windowed_hidden_states(encoding["input_ids"][0].to(model.device), window, word_input_ids)
     return torch.stack(layers).float().cpu()[:, 1:-1]
 
 
@@ -350,8 +352,17 @@ def _embed_lines(args, model, tokenizer, split, choice, output, stop: DeferredSt
 def convert_command(args) -> int:
     from .conversion import ElmoConversionError, convert, push_to_hub
 
+    needed = ["--model-dir"] if args.format == "elmoformanylangs" else ["--options-file", "--weight-file"]
+    missing = [flag for flag in needed if getattr(args, flag[2:].replace("-", "_")) is None]
+    if missing:
+        raise CliError(f"convert --format {args.format} needs {' and '.join(missing)}", code=2)
     try:
-        output = convert(args.options_file, args.weight_file, args.output_dir, overwrite=args.overwrite)
+        if args.format == "elmoformanylangs":
+            from .conversion_elmoformanylangs import convert_elmoformanylangs
+
+            output = convert_elmoformanylangs(args.model_dir, args.output_dir, overwrite=args.overwrite)
+        else:
+            output = convert(args.options_file, args.weight_file, args.output_dir, overwrite=args.overwrite)
     except ElmoConversionError as error:
         raise CliError(str(error)) from error
     print(f"wrote {output}")
@@ -416,9 +427,13 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")
     embed.set_defaults(func=embed_command)
 
-    convert = commands.add_parser("convert", help="convert an original checkpoint (options.json + weights.hdf5)")
-    convert.add_argument("--options-file", required=True, help="original options.json (path or http(s) URL)")
-    convert.add_argument("--weight-file", required=True, help="original weights.hdf5 (path or http(s) URL)")
+    convert = commands.add_parser("convert", help="convert an original checkpoint (options.json + weights.hdf5) or "
+                                                  "an ELMoForManyLangs model")
+    convert.add_argument("--format", choices=["original", "elmoformanylangs"], default="original",
+                         help="bilm-tf/AllenNLP files (default) or an ELMoForManyLangs release (folder or .zip)")
+    convert.add_argument("--options-file", help="original options.json (path or http(s) URL)")
+    convert.add_argument("--weight-file", help="original weights.hdf5 (path or http(s) URL)")
+    convert.add_argument("--model-dir", help="with --format elmoformanylangs: the unpacked release folder or its .zip")
     convert.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
     convert.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     convert.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload the folder to this Hub repository")

@@ -1,6 +1,8 @@
-"""ELMo configuration: every option of the original `options.json`."""
+"""ELMo configuration: every option of the original `options.json`, and of ELMoForManyLangs' models."""
 
 from transformers import PretrainedConfig
+
+from .alphabet_elmo import CharacterAlphabet
 
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
@@ -35,6 +37,20 @@ class ElmoConfig(PretrainedConfig):
             in-place recurrence and the character convolutions as matrix products when nothing needs gradients,
             the hand-written backward when the biLM trains); `"reference"` always runs the reference code under
             autograd. Settable at `from_pretrained(..., recurrence_implementation="reference")`.
+
+    Models trained by other code (ELMoForManyLangs) also set:
+
+        char_vocab_size (`int`, *optional*): size of a learned character vocabulary; `None` for bilm-tf's byte
+            alphabet (then `n_characters` applies). See `alphabet_elmo.py`.
+        char_markers (`dict[str, int]`, *optional*): with `char_vocab_size`, the id of each marker role
+            (`begin_of_sentence`, `end_of_sentence`, `begin_of_word`, `end_of_word`, `padding`, `unknown`).
+        word_input_vocab_size (`int`, *optional*): words of a word-embedding input (`word_input_ids`), whose vectors
+            are concatenated before the character CNN's output, ahead of the projection; `None` for none.
+        word_input_dim (`int`, *optional*): size of a word-input vector; set with `word_input_vocab_size`.
+        highway_gate (`str`): which side of a highway layer its gate multiplies: `"transform"` (bilm-tf:
+            `g * f(x) + (1 - g) * x`) or `"carry"` (AllenNLP's module, ELMoForManyLangs: `g * x + (1 - g) * f(x)`).
+        always_project (`bool`): project the token representation even when it already has `projection_dim`
+            values (ELMoForManyLangs always does; bilm-tf only when the widths differ).
 
     The task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`) also read:
 
@@ -92,6 +108,12 @@ class ElmoConfig(PretrainedConfig):
         pair_classification=False,
         word_vocab_size=None,
         n_negative_samples=None,
+        char_vocab_size=None,
+        char_markers=None,
+        word_input_vocab_size=None,
+        word_input_dim=None,
+        highway_gate="transform",
+        always_project=False,
         **kwargs,
     ):
         n_layers = kwargs.pop("num_hidden_layers", n_layers)
@@ -116,6 +138,12 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"mix_weights needs one value per layer ({n_layers + 1}), got {mix_weights!r}")
         if pooling not in ("mean", "max", "mean_max"):
             raise ValueError(f"pooling must be 'mean', 'max' or 'mean_max', got {pooling!r}")
+        if (char_vocab_size is None) != (char_markers is None):
+            raise ValueError("char_vocab_size and char_markers go together (a learned character vocabulary)")
+        if (word_input_vocab_size is None) != (word_input_dim is None):
+            raise ValueError("word_input_vocab_size and word_input_dim go together (a word-embedding input)")
+        if highway_gate not in ("transform", "carry"):
+            raise ValueError(f"highway_gate must be 'transform' or 'carry', got {highway_gate!r}")
         if task_lstm_dim < 0:
             raise ValueError(f"task_lstm_dim must be 0 (no task BiLSTM) or positive, got {task_lstm_dim}")
         self.char_embedding_dim = char_embedding_dim
@@ -143,6 +171,13 @@ class ElmoConfig(PretrainedConfig):
         self.pair_classification = pair_classification
         self.word_vocab_size = word_vocab_size
         self.n_negative_samples = n_negative_samples
+        self.char_vocab_size = char_vocab_size
+        self.char_markers = None if char_markers is None else dict(char_markers)
+        CharacterAlphabet.from_config(self)  # checks the markers against the size
+        self.word_input_vocab_size = word_input_vocab_size
+        self.word_input_dim = word_input_dim
+        self.highway_gate = highway_gate
+        self.always_project = always_project
         super().__init__(**kwargs)
 
     def __setattr__(self, key, value):
@@ -155,6 +190,11 @@ class ElmoConfig(PretrainedConfig):
     def n_filters(self) -> int:
         """Width of the concatenated convolution outputs."""
         return sum(n for _, n in self.filters)
+
+    @property
+    def alphabet(self) -> CharacterAlphabet:
+        """The character alphabet (its size and markers) that the model's character table is for."""
+        return CharacterAlphabet.from_config(self)
 
     @property
     def hidden_size(self) -> int:

@@ -12,10 +12,7 @@ from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
 from .kernels_elmo import dispatch, lstm_layer_in_place, lstm_layer_with_handwritten_backward, max_pooled_by_matmul
-from .tokenization_elmo import BEGIN_OF_SENTENCE_CHAR, END_OF_SENTENCE_CHAR
 
-# Rows of the character table: 261 trained characters after a zero row for "no character".
-CHAR_TABLE_ROWS = 262
 # What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
 # `trust_remote_code=True` from the code files saved beside the weights.
 AUTO_MAP = {
@@ -46,10 +43,16 @@ class ElmoModelOutput(ModelOutput):
 
 
 class ElmoHighway(nn.Module):
-    """One highway layer: `gate * relu(x W_n^T + b_n) + (1 - gate) * x` with `gate = sigmoid(x W_g^T + b_g)`."""
+    """
+    One highway layer with `gate = sigmoid(x W_g^T + b_g)` and `f = relu(x W_n^T + b_n)`: `gate * f + (1 - gate) * x`
+    (bilm-tf, `config.highway_gate="transform"`) or `gate * x + (1 - gate) * f` (`"carry"`, ELMoForManyLangs). The
+    two are not folded into one by negating the gate: `1 - sigmoid(z)` and `sigmoid(-z)` round differently.
+    """
 
-    def __init__(self, dim: int):
+    def __init__(self, config: ElmoConfig):
         super().__init__()
+        dim = config.n_filters
+        self.gate_on_carry = config.highway_gate == "carry"
         self.nonlinear_weight = nn.Parameter(torch.empty(dim, dim))
         self.nonlinear_bias = nn.Parameter(torch.empty(dim))
         self.gate_weight = nn.Parameter(torch.empty(dim, dim))
@@ -57,7 +60,10 @@ class ElmoHighway(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate = torch.sigmoid(F.linear(x, self.gate_weight, self.gate_bias))
-        return gate * torch.relu(F.linear(x, self.nonlinear_weight, self.nonlinear_bias)) + (1.0 - gate) * x
+        nonlinear = torch.relu(F.linear(x, self.nonlinear_weight, self.nonlinear_bias))
+        if self.gate_on_carry:
+            return gate * x + (1.0 - gate) * nonlinear
+        return gate * nonlinear + (1.0 - gate) * x
 
 
 def conv_max_pooled(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor:
@@ -80,27 +86,39 @@ class ElmoCharConvolution(nn.Conv1d):
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Context-independent word representation from character ids: embedding, CNN, max-pool, highways, projection."""
+    """
+    Context-independent word representation from character ids: embedding, CNN, max-pool, highways, projection. With
+    a word-embedding input (`config.word_input_vocab_size`), each word's vector comes before the highways' output,
+    ahead of the projection.
+    """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
-        self.char_embedding = nn.Embedding(CHAR_TABLE_ROWS, config.char_embedding_dim, padding_idx=0)
+        self.char_embedding = nn.Embedding(config.alphabet.table_rows, config.char_embedding_dim, padding_idx=0)
         self.convolutions = nn.ModuleList(
             ElmoCharConvolution(config, width, n_filters) for width, n_filters in config.filters
         )
         self.activation = torch.tanh if config.activation == "tanh" else torch.relu
-        self.highways = nn.ModuleList(ElmoHighway(config.n_filters) for _ in range(config.n_highway))
-        # bilm-tf projects only when the widths differ.
+        self.highways = nn.ModuleList(ElmoHighway(config) for _ in range(config.n_highway))
+        self.word_embedding = (
+            nn.Embedding(config.word_input_vocab_size, config.word_input_dim)
+            if config.word_input_vocab_size is not None else None
+        )
+        width = config.n_filters + (config.word_input_dim or 0)
+        # bilm-tf projects only when the widths differ; ELMoForManyLangs always does.
         self.projection = (
-            nn.Linear(config.n_filters, config.projection_dim) if config.n_filters != config.projection_dim else None
+            nn.Linear(width, config.projection_dim)
+            if config.always_project or width != config.projection_dim else None
         )
 
-    def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
-        """`char_ids` `(words, max_characters_per_token)` -> `(words, projection_dim)`."""
+    def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
+        """`char_ids` `(words, max_characters_per_token)` (and `word_ids` `(words,)`) -> `(words, projection_dim)`."""
         chars = self.char_embedding(char_ids)  # (words, chars, char_dim)
         x = self.activation(torch.cat([convolution(chars) for convolution in self.convolutions], dim=-1))
         for highway in self.highways:
             x = highway(x)
+        if self.word_embedding is not None:
+            x = torch.cat([self.word_embedding(word_ids), x], dim=-1)
         return self.projection(x) if self.projection is not None else x
 
 
@@ -371,8 +389,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def resize_token_embeddings(self, *args, **kwargs):
         raise NotImplementedError(
-            "ELMo reads a fixed alphabet of 262 character ids (256 bytes, 5 markers, a zero row for no character): "
-            "there is no vocabulary to resize, any word is encoded from its bytes"
+            "ELMo reads a fixed alphabet of character ids (bytes: 262 ids, 256 bytes, 5 markers, a zero row for no "
+            "character; or a learned vocabulary saved with its tokenizer): there are no word tokens to resize"
         )
 
     def save_pretrained(self, save_directory, *args, **kwargs):
@@ -386,7 +404,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """bilm-tf's initialisation: scaled normal weights, zero biases, highway gates biased to carry."""
         if isinstance(module, nn.Embedding):
             nn.init.uniform_(module.weight, -1.0, 1.0)
-            module.weight[0].zero_()
+            if module.padding_idx is not None:  # the character table's "no character" row
+                module.weight[module.padding_idx].zero_()
         elif isinstance(module, nn.Conv1d):
             nn.init.normal_(module.weight, std=(1.0 / (module.in_channels * module.kernel_size[0])) ** 0.5)
             nn.init.zeros_(module.bias)
@@ -421,29 +440,52 @@ class ElmoModel(ElmoPreTrainedModel):
         self.post_init()
 
     def get_input_embeddings(self) -> nn.Embedding:
-        """The character table, `(262, char_embedding_dim)`: the model's only lookup of input ids."""
+        """The character table, `(alphabet rows, char_embedding_dim)` (262 rows for bytes): the lookup of input ids."""
         return self.char_encoder.char_embedding
 
     def set_input_embeddings(self, value: nn.Embedding):
-        expected = (CHAR_TABLE_ROWS, self.config.char_embedding_dim)
+        expected = (self.config.alphabet.table_rows, self.config.char_embedding_dim)
         if not isinstance(value, nn.Embedding) or tuple(value.weight.shape) != expected:
             raise ValueError(f"the character table must be an nn.Embedding of shape {expected} (a fixed alphabet)")
         self.char_encoder.char_embedding = value
 
-    def embed_words(self, input_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
+    def embed_words(
+        self, input_ids: torch.LongTensor, mask: torch.Tensor, word_input_ids: torch.LongTensor | None = None
+    ) -> torch.Tensor:
         """
-        Context-independent representation of every position: `input_ids` `(batch, positions, chars)` ->
-        `(batch, positions, projection_dim)`, zero at padded positions. Each distinct word is encoded once.
+        Context-independent representation of every position: `input_ids` `(batch, positions, chars)` (and
+        `word_input_ids` `(batch, positions)`) -> `(batch, positions, projection_dim)`, zero at padded positions.
+        Each distinct word (character row and word id) is encoded once.
         """
         flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
+        if word_input_ids is not None:  # a word is its row and its word id: the id rides along as a last column
+            flat_ids = torch.cat([flat_ids, word_input_ids.reshape(-1, 1).to(flat_ids.dtype)], dim=-1)
         if torch.compiler.is_exporting() or torch.compiler.is_compiling():
             # The number of distinct words is data-dependent: a traced graph encodes every position.
-            embedded = self.char_encoder(flat_ids)
+            distinct_ids, where = flat_ids, None
         else:
             distinct_ids, where = torch.unique(flat_ids, dim=0, return_inverse=True)
+        if word_input_ids is None:
+            embedded = self.char_encoder(distinct_ids)
+        else:
+            embedded = self.char_encoder(distinct_ids[:, :-1], distinct_ids[:, -1])
+        if where is not None:
             # Under a `device_map` the encoder returns on its own device.
-            embedded = self.char_encoder(distinct_ids).to(where.device)[where]
+            embedded = embedded.to(where.device)[where]
         return embedded.view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
+
+    def _validated_word_inputs(self, input_ids: torch.Tensor, word_input_ids: torch.Tensor | None):
+        """`word_input_ids` checked against the config: needed exactly when the model reads a word embedding."""
+        if self.config.word_input_vocab_size is None:
+            if word_input_ids is not None:
+                raise ValueError("word_input_ids were given, but this model reads no word embedding")
+            return None
+        if word_input_ids is None:
+            raise ValueError("this model also reads word_input_ids (from its ElmoTokenizer); none were given")
+        if word_input_ids.shape != input_ids.shape[:-1]:
+            raise ValueError(f"word_input_ids shape {tuple(word_input_ids.shape)} does not match input_ids "
+                             f"{tuple(input_ids.shape[:-1])}")
+        return word_input_ids
 
     def forward(
         self,
@@ -456,6 +498,7 @@ class ElmoModel(ElmoPreTrainedModel):
         token_type_ids: torch.Tensor | None = None,
         inputs_embeds: None = None,
         output_attentions: bool | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput | tuple:
         r"""
         Args:
@@ -471,6 +514,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 biLM does not use it.
             inputs_embeds, output_attentions: transformers' standard keywords, accepted as `None` (every head takes
                 them); ELMo has neither, so a value is refused.
+            word_input_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word id of every
+                position, for models with a word-embedding input (`config.word_input_vocab_size`); from the tokenizer.
         """
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
@@ -479,8 +524,9 @@ class ElmoModel(ElmoPreTrainedModel):
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         mask = self._validated_mask(input_ids, attention_mask)
         hidden, memory = self._validated_state(initial_state, input_ids.shape[0], input_ids.device)
+        word_input_ids = self._validated_word_inputs(input_ids, word_input_ids)
 
-        tokens = self.embed_words(input_ids, mask)
+        tokens = self.embed_words(input_ids, mask, word_input_ids)
         all_layers, final_hidden, final_memory = self.bilm(tokens, mask, hidden, memory)
         all_layers = tuple(all_layers)
 
@@ -492,19 +538,25 @@ class ElmoModel(ElmoPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
     @torch.no_grad()
-    def windowed_hidden_states(self, input_ids: torch.LongTensor, window: int) -> tuple[torch.Tensor, ...]:
+    def windowed_hidden_states(
+        self, input_ids: torch.LongTensor, window: int, word_input_ids: torch.LongTensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
         """
         All `n_layers + 1` layers of ONE unpadded sequence `input_ids` `(positions, chars)` (with its `<S>`/`</S>`
         rows), each `(positions, hidden_size)`, computed `window` positions at a time with the LSTM state carried:
         equal to one pass, with LSTM memory bounded by the window. The forward stacks run over the windows in order,
-        the backward stacks over them in reverse order, since they read the sequence right to left.
+        the backward stacks over them in reverse order, since they read the sequence right to left. Models with a
+        word-embedding input also take the sequence's `word_input_ids` `(positions,)`.
         """
         if input_ids.dim() != 2 or input_ids.shape[-1] != self.config.max_characters_per_token:
             raise ValueError(f"input_ids must have shape (positions, {self.config.max_characters_per_token}), "
                              f"got {tuple(input_ids.shape)}")
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
-        tokens = torch.cat([self.char_encoder(chunk) for chunk in input_ids.split(window)])
+        word_input_ids = self._validated_word_inputs(input_ids, word_input_ids)
+        chunks = input_ids.split(window)
+        word_chunks = word_input_ids.split(window) if word_input_ids is not None else [None] * len(chunks)
+        tokens = torch.cat([self.char_encoder(chunk, words) for chunk, words in zip(chunks, word_chunks)])
         hidden, memory = self._validated_state(None, 1, tokens.device)
         # Window k of each direction in its reading order: both splits give windows of the same lengths.
         window_outputs = []
@@ -526,13 +578,15 @@ class ElmoModel(ElmoPreTrainedModel):
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         layer_weights: list[float] | torch.Tensor | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> torch.Tensor:
         """
         One vector per sentence, like TF-Hub ELMo's "default" output: the mean over each row's words (not `<S>`,
         `</S>` or padding) of `sum_j w_j h_j`, with `layer_weights` `w` (one per layer, used as given) defaulting to
         the plain average of the `n_layers + 1` layers. Returns `(batch, 2 * projection_dim)`.
         """
-        layers = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
+        layers = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True,
+                      word_input_ids=word_input_ids)
         layers = layers.hidden_states
         weights = torch.full((len(layers),), 1.0 / len(layers)) if layer_weights is None else layer_weights
         weights = torch.as_tensor(weights, dtype=layers[0].dtype, device=layers[0].device)
@@ -540,7 +594,7 @@ class ElmoModel(ElmoPreTrainedModel):
             raise ValueError(f"layer_weights needs {len(layers)} values, got shape {tuple(weights.shape)}")
         mixed = sum(weight * layer for weight, layer in zip(weights, layers))
         mask = self._validated_mask(input_ids, attention_mask)
-        return masked_pool(mixed, word_positions(input_ids, mask), "mean")
+        return masked_pool(mixed, word_positions(input_ids, mask, self.config), "mean")
 
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The boolean `(batch, positions)` mask, checked to be right-padded."""
@@ -580,12 +634,13 @@ class ElmoModel(ElmoPreTrainedModel):
         return hidden.to(dtype), memory.to(dtype)
 
 
-def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
+def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor, config: ElmoConfig) -> torch.Tensor:
     """`(batch, positions)` bool: valid positions that hold a word, not `<S>`, `</S>` or padding."""
-    # Only boundary rows hold the sentence markers (bytes are 0-255); ids are shifted by one.
+    # Only boundary rows hold a sentence marker, right after the begin-of-word marker: a word's characters are never
+    # markers. The alphabet (bytes or learned) says which ids those are.
+    begin, end = config.alphabet.sentence_marker_row_ids()
     marker = input_ids[..., 1]
-    boundary = (marker == BEGIN_OF_SENTENCE_CHAR + 1) | (marker == END_OF_SENTENCE_CHAR + 1)
-    return mask & ~boundary
+    return mask & (marker != begin) & (marker != end)
 
 
 class ElmoTaskEncoder(nn.Module):
@@ -667,7 +722,7 @@ class ElmoHeadModel(ElmoPreTrainedModel):
         self.elmo.requires_grad_(not self.config.freeze_bilm)
         self.task_encoder.mix.scalar_parameters.requires_grad_(self.config.mix_weights is None)
 
-    def _encode(self, input_ids, attention_mask, output_hidden_states):
+    def _encode(self, input_ids, attention_mask, output_hidden_states, word_input_ids=None):
         """
         The task features `(batch, positions, dim)`, the valid mask, the biLM's layers when asked for, and the mix's
         L2 penalty.
@@ -676,7 +731,8 @@ class ElmoHeadModel(ElmoPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         mask = self.elmo._validated_mask(input_ids, attention_mask)
-        elmo_output = self.elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
+        elmo_output = self.elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True,
+                                word_input_ids=word_input_ids)
         features, penalty = self.task_encoder(elmo_output.hidden_states, mask)
         hidden_states = elmo_output.hidden_states if output_hidden_states else None
         return features.to(mask.device), mask, hidden_states, penalty
@@ -705,6 +761,7 @@ class ElmoForSequenceClassification(ElmoHeadModel):
         return_dict: bool | None = None,
         inputs_embeds: None = None,
         output_attentions: bool | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> SequenceClassifierOutput | tuple:
         r"""
         Args:
@@ -713,11 +770,14 @@ class ElmoForSequenceClassification(ElmoHeadModel):
                 1 for the second; needed with `config.pair_classification`.
             labels (`torch.Tensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*): class indices, or
                 targets for regression / multi-label classification, following `config.problem_type`.
+            word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
         refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        features, mask, hidden_states, penalty = self._encode(input_ids, attention_mask, output_hidden_states)
-        words = word_positions(input_ids, mask)
+        features, mask, hidden_states, penalty = self._encode(
+            input_ids, attention_mask, output_hidden_states, word_input_ids
+        )
+        words = word_positions(input_ids, mask, self.config)
         if self.config.pair_classification:
             if token_type_ids is None:
                 raise ValueError("config.pair_classification needs token_type_ids marking the second sentence")
@@ -777,16 +837,20 @@ class ElmoForTokenClassification(ElmoHeadModel):
         return_dict: bool | None = None,
         inputs_embeds: None = None,
         output_attentions: bool | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> TokenClassifierOutput | tuple:
         r"""
         Args:
             input_ids, attention_mask: as for [`ElmoModel`]; `token_type_ids` is accepted and unused.
             labels (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the class of each position; -100
                 (and any label at a boundary or padded position) is ignored.
+            word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
         refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        features, mask, hidden_states, penalty = self._encode(input_ids, attention_mask, output_hidden_states)
+        features, mask, hidden_states, penalty = self._encode(
+            input_ids, attention_mask, output_hidden_states, word_input_ids
+        )
         logits = self.classifier(features)
 
         loss = None
@@ -794,7 +858,7 @@ class ElmoForTokenClassification(ElmoHeadModel):
             if labels.shape != mask.shape:
                 raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, positions), got "
                                  f"{tuple(labels.shape)}")
-            labels = labels.masked_fill(~word_positions(input_ids, mask), -100).to(logits.device)
+            labels = labels.masked_fill(~word_positions(input_ids, mask, self.config), -100).to(logits.device)
             loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
             loss = loss + penalty.to(loss.device)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
@@ -807,7 +871,8 @@ class ElmoForTokenClassification(ElmoHeadModel):
         output that has `word_ids()`, one `(label, probability)` per word of each sentence, labels from
         `config.id2label`. Batched pairs are not supported.
         """
-        inputs = {key: encoding[key].to(self.device) for key in ("input_ids", "attention_mask") if key in encoding}
+        inputs = {key: encoding[key].to(self.device) for key in ("input_ids", "attention_mask", "word_input_ids")
+                  if key in encoding}
         probabilities = self(**inputs).logits.softmax(dim=-1)
         scores, labels = probabilities.max(dim=-1)
         sentences = []
@@ -915,6 +980,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         return_dict: bool | None = None,
         inputs_embeds: None = None,
         output_attentions: bool | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> ElmoForPreTrainingOutput | tuple:
         r"""
         Args:
@@ -924,10 +990,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 `<S>` and `</S>` included (from `ElmoTokenizer(..., return_word_labels=True)`); -100 is ignored.
                 Without labels, the output holds the exact softmax's logits of both directions at every position
                 (`batch * positions * word_vocab_size` floats each) instead of the losses.
+            word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
         refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.elmo(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=True)
+        outputs = self.elmo(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=True,
+                            word_input_ids=word_input_ids)
         forward_loss = backward_loss = loss = forward_logits = backward_logits = None
         if labels is None:
             top, dim = outputs.last_hidden_state, self.config.projection_dim

@@ -20,6 +20,7 @@ import torch
 from tokenizers import Tokenizer, models, trainers
 from transformers import Trainer, TrainingArguments
 
+from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .modeling_elmo import ElmoForPreTraining
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, PRE_TOKENIZERS, UNK_TOKEN, ElmoTokenizer
@@ -162,6 +163,9 @@ def build_parser() -> argparse.ArgumentParser:
     vocab = parser.add_argument_group("word vocabulary")
     vocab.add_argument("--min-count", type=int, default=3, help="words seen fewer times become <UNK>")
     vocab.add_argument("--max-vocab-size", type=int, default=None, help="most words kept, specials included")
+    vocab.add_argument("--char-vocab", choices=["bytes", "learned"], default="bytes",
+                       help="rows of UTF-8 bytes (bilm-tf), or of the training files' characters, so that a row "
+                            "holds max-characters-per-token - 2 characters (a Hangul syllable is 3 bytes)")
     size = parser.add_argument_group("model size (each overrides the preset)")
     size.add_argument("--preset", choices=sorted(PRESETS), default="small")
     size.add_argument("--projection-dim", type=int)
@@ -187,14 +191,16 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def model_config(args, word_vocab_size: int) -> ElmoConfig:
-    """The `ElmoConfig` of a preset with the command line's overrides."""
+def model_config(args, tokenizer: ElmoTokenizer) -> ElmoConfig:
+    """The `ElmoConfig` of a preset with the command line's overrides, for the tokenizer's words and characters."""
+    word_vocab_size = tokenizer.word_vocab_size
     options = dict(PRESETS[args.preset])
     for name in ("projection_dim", "cell_dim", "n_layers", "n_highway"):
         if getattr(args, name) is not None:
             options[name] = getattr(args, name)
     return ElmoConfig(max_characters_per_token=args.max_characters_per_token, word_vocab_size=word_vocab_size,
-                      n_negative_samples=min(args.n_negative_samples, word_vocab_size), **options)
+                      n_negative_samples=min(args.n_negative_samples, word_vocab_size),
+                      **tokenizer.alphabet.config_fields(), **options)
 
 
 def save_tokenizer(args, output_dir: Path) -> None:
@@ -204,8 +210,15 @@ def save_tokenizer(args, output_dir: Path) -> None:
     with tempfile.TemporaryDirectory() as folder:
         vocab_file = str(Path(folder) / "word_vocab.json")
         word_vocab.save(vocab_file)
+        char_vocab_file = None
+        if args.char_vocab == "learned":
+            char_vocab_file = str(Path(folder) / CHAR_VOCAB_FILE)
+            splitter = PRE_TOKENIZERS[args.pre_tokenizer]()
+            sentences = ([word for word, _ in splitter.pre_tokenize_str(line)] for line in read_lines(args.train_file))
+            learn_character_vocabulary(sentences).save(char_vocab_file)
         tokenizer = ElmoTokenizer(max_characters_per_token=args.max_characters_per_token,
-                                  pre_tokenizer=args.pre_tokenizer, vocab_file=vocab_file)
+                                  pre_tokenizer=args.pre_tokenizer, vocab_file=vocab_file,
+                                  char_vocab_file=char_vocab_file)
     tokenizer.save_pretrained(output_dir)
 
 
@@ -241,7 +254,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         if training_args.process_index == 0 and not (args.resume and (output_dir / "word_vocab.json").is_file()):
             save_tokenizer(args, output_dir)
         tokenizer = ElmoTokenizer.from_pretrained(output_dir)
-    config = model_config(args, tokenizer.word_vocab_size)
+    config = model_config(args, tokenizer)
     model = ElmoForPreTraining(config)
     train_dataset = StreamingLineDataset(args.train_file) if args.streaming else LineDataset(args.train_file)
     trainer = Trainer(

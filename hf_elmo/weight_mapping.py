@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .alphabet_elmo import BYTE_ALPHABET_SIZE
 from .configuration_elmo import ElmoConfig
-
-ORIGINAL_CHAR_ROWS = 261
 
 
 @dataclass(frozen=True)
@@ -91,12 +90,30 @@ def lstm_to_original(input_kernel, recurrent_kernel, bias, projection=None):
 # -- the layout of one configuration --------------------------------------------------------------------------------
 
 
+def check_original_layout(config: ElmoConfig) -> None:
+    """Raises a `ValueError` saying why, when bilm-tf's layout cannot hold a model with this config."""
+    reasons = []
+    if config.alphabet.learned:
+        reasons.append("a learned character vocabulary (bilm-tf reads UTF-8 bytes)")
+    if config.word_input_vocab_size is not None:
+        reasons.append("a word-embedding input")
+    if config.highway_gate != "transform":
+        reasons.append("highway gates on the carry side")
+    if config.always_project and config.n_filters == config.projection_dim:
+        reasons.append("a projection of a token representation that already has projection_dim values")
+    if getattr(config, "forget_bias", 1.0) != 1.0:
+        reasons.append(f"a forget-gate bias of {config.forget_bias} at run time (bilm-tf adds 1.0)")
+    if reasons:
+        raise ValueError(f"bilm-tf's format cannot hold this model: it has {', '.join(reasons)}")
+
+
 def parameter_groups(config: ElmoConfig) -> Iterator[ParameterGroup]:
     """Every parameter group of a model with this config, in file order."""
+    check_original_layout(config)
     char_dim, n_filters = config.char_embedding_dim, config.n_filters
     projection_dim, cell_dim = config.projection_dim, config.cell_dim
     yield ParameterGroup(("char_embed",), ("char_encoder.char_embedding.weight",),
-                         ((ORIGINAL_CHAR_ROWS, char_dim),), char_embedding_from_original, char_embedding_to_original)
+                         ((BYTE_ALPHABET_SIZE, char_dim),), char_embedding_from_original, char_embedding_to_original)
     for i, (width, n) in enumerate(config.filters):
         yield ParameterGroup(
             (f"CNN/W_cnn_{i}", f"CNN/b_cnn_{i}"),
@@ -173,4 +190,4 @@ def state_dict_to_original(state_dict: Mapping[str, torch.Tensor], config: ElmoC
     return arrays
 
 
-__all__ = ["original_to_state_dict", "state_dict_to_original", "parameter_groups"]
+__all__ = ["original_to_state_dict", "state_dict_to_original", "parameter_groups", "check_original_layout"]

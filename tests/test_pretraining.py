@@ -238,3 +238,19 @@ def test_streaming_run_resumes_from_its_last_checkpoint(tmp_path):
     assert (output / "checkpoint-2" / "trainer_state.json").stat().st_mtime_ns == early_checkpoint
     assert (output / "word_vocab.json").read_text() == first_vocab  # resuming keeps the vocabulary
     assert ElmoModel.from_pretrained(output).config.word_vocab_size is not None
+
+
+def test_pretraining_on_learned_characters(tmp_path):
+    """`--char-vocab learned`: the tokenizer and the model's character table are the training files' characters."""
+    text = ["한국어 를 배웁니다", "나는 한국어 를 배웁니다", "abc 한국"] * 8
+    (tmp_path / "train.txt").write_text("\n".join(text) + "\n", encoding="utf-8")
+    (tmp_path / "valid.txt").write_text("\n".join(text[:4]) + "\n", encoding="utf-8")
+    output = tmp_path / "model"
+    main([*pretraining_args(tmp_path, output, max_steps=2), "--char-vocab", "learned"])
+    tokenizer, model = ElmoTokenizer.from_pretrained(output), ElmoModel.from_pretrained(output)
+    characters = set("".join(text)) - {" "}
+    assert tokenizer.alphabet.learned and set(tokenizer.alphabet.symbols) == characters | {
+        "<bos>", "<eos>", "<bow>", "<eow>", "<pad>", "<oov>"}
+    assert model.char_encoder.char_embedding.num_embeddings == len(characters) + 6 + 1
+    row = tokenizer(["배웁니다"], is_split_into_words=True)["input_ids"][1]
+    assert tokenizer.decode(row) == "배웁니다"

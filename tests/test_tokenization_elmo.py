@@ -1,3 +1,5 @@
+import json
+
 import numpy as np
 import pytest
 import torch
@@ -140,3 +142,112 @@ def test_bad_settings_are_refused():
         ElmoTokenizer(padding_side="left")
     with pytest.raises(ValueError, match="pre_tokenizer"):
         ElmoTokenizer(pre_tokenizer="sentencepiece")
+
+
+# -- the transformers tokenizer contract (as ByT5 and CANINE keep it for characters) --------------------------------
+
+
+def test_encode_is_the_input_ids_of_one_sentence():
+    tokenizer = ElmoTokenizer()
+    assert tokenizer.encode("The cat") == tokenizer("The cat")["input_ids"]
+    assert tokenizer.encode(["a", "b"], is_split_into_words=True, add_special_tokens=False) == \
+        [word_to_char_ids("a", 50), word_to_char_ids("b", 50)]
+    with pytest.raises(TypeError, match="use __call__ for batches"):
+        tokenizer.encode(["a b", "c"])
+
+
+def test_tokenize_gives_the_words_of_the_positions():
+    tokenizer = ElmoTokenizer(pre_tokenizer="whitespace")
+    assert tokenizer.tokenize("The cat, sat") == ["The", "cat", ",", "sat"]
+    assert tokenizer.tokenize("a b", "c", add_special_tokens=True) == ["<S>", "a", "b", "</S>", "<S>", "c", "</S>"]
+    assert len(tokenizer.tokenize("a b", "c", add_special_tokens=True)) == len(tokenizer.encode("a b", "c"))
+
+
+def test_decode_and_batch_decode():
+    tokenizer = ElmoTokenizer()
+    batch = tokenizer(["The cat sat .", "Dogs"], padding=True)["input_ids"]
+    assert tokenizer.batch_decode(batch) == ["<S> The cat sat . </S>", "<S> Dogs </S>"]
+    assert tokenizer.batch_decode(torch.tensor(batch), skip_special_tokens=True) == ["The cat sat .", "Dogs"]
+    assert tokenizer.decode(batch) == tokenizer.batch_decode(batch)  # decode takes batches, as in transformers 5
+    assert tokenizer.decode(batch[1][1]) == "Dogs"  # a single row is one word
+    with pytest.raises(ValueError, match="3 levels"):
+        tokenizer.batch_decode(batch[0])
+
+
+def test_vocabulary_is_the_characters():
+    tokenizer = ElmoTokenizer()
+    vocab = tokenizer.get_vocab()
+    assert len(tokenizer) == tokenizer.vocab_size == len(vocab) == 262
+    assert vocab["a"] == tokenizer.convert_tokens_to_ids("a") == ord("a") + 1 == word_to_char_ids("a", 50)[1]
+    assert tokenizer.convert_tokens_to_ids(["<bow>", "<eow>"]) == [259, 260]
+    assert tokenizer.convert_tokens_to_ids(["<S>", "</S>"]) == [257, 258] == tokenizer.all_special_ids
+    # A boundary is a row, not one id: nothing for the Trainer to copy into the model config.
+    assert tokenizer.bos_token_id is None and tokenizer.eos_token_id is None
+    assert tokenizer.convert_ids_to_tokens(ord("a") + 1) == "a"
+    assert tokenizer.convert_ids_to_tokens([259, 98, 260], skip_special_tokens=True) == ["a"]
+    assert sorted(vocab.values()) == list(range(262))
+    with pytest.raises(ValueError, match="not one byte"):
+        tokenizer.convert_tokens_to_ids("cat")
+
+
+def test_batch_of_pairs_as_tuples():
+    tokenizer = ElmoTokenizer()
+    tuples = tokenizer([("a b", "c"), ("d", "e f g")], padding=True)
+    explicit = tokenizer(["a b", "d"], text_pair=["c", "e f g"], padding=True)
+    assert tuples["input_ids"] == explicit["input_ids"] and tuples["token_type_ids"] == explicit["token_type_ids"]
+    split = tokenizer([(["a", "b"], ["c"])], is_split_into_words=True)
+    assert split["input_ids"] == [tokenizer("a b", text_pair="c")["input_ids"]]
+    assert split.word_ids(0) == [None, 0, 1, None, None, 0, None]
+
+
+def test_standard_keywords():
+    tokenizer = ElmoTokenizer()
+    encoded = tokenizer("The  <S> cat", return_special_tokens_mask=True, return_offsets_mapping=True)
+    assert encoded["special_tokens_mask"] == [1, 0, 0, 0, 1]
+    assert encoded["offset_mapping"] == [(0, 0), (0, 3), (5, 8), (9, 12), (0, 0)]
+    assert encoded["input_ids"][2] == word_to_char_ids("<S>", 50)  # the word <S> is a boundary row ...
+    split = tokenizer("The <S>", split_special_tokens=True)["input_ids"][2]
+    assert split[1:4] == [ord("<") + 1, ord("S") + 1, ord(">") + 1]  # ... unless special tokens are split
+    with pytest.raises(ValueError, match="no target side"):
+        tokenizer("a", text_target="b")
+    with pytest.raises(ValueError, match="overflowing"):
+        tokenizer("a b c", max_length=3, truncation=True, return_overflowing_tokens=True)
+    assert tokenizer.num_special_tokens_to_add() == 2 and tokenizer.num_special_tokens_to_add(pair=True) == 4
+
+
+def learned_tokenizer(tmp_path):
+    """A learned alphabet with a word-input vocabulary, as converted from ELMoForManyLangs."""
+    from hf_elmo.alphabet_elmo import learn_character_vocabulary
+
+    learn_character_vocabulary(["한국어 abc"]).save(tmp_path / "chars.json")
+    words = {"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "한국어": 4, "abc": 5}
+    (tmp_path / "words.json").write_text(json.dumps(words, ensure_ascii=False), encoding="utf-8")
+    return ElmoTokenizer(max_characters_per_token=5, char_vocab_file=str(tmp_path / "chars.json"),
+                         word_input_vocab_file=str(tmp_path / "words.json"))
+
+
+def test_learned_alphabet_with_word_inputs(tmp_path):
+    tokenizer = learned_tokenizer(tmp_path)
+    assert tokenizer.model_input_names == ["input_ids", "attention_mask", "word_input_ids"]
+    assert (tokenizer.bos_token, tokenizer.eos_token) == ("<bos>", "<eos>")
+    batch = tokenizer([["한국어", "abcd", "x"], ["abc"]], is_split_into_words=True, padding=True)
+    assert batch["word_input_ids"] == [[1, 4, 5, 0, 2], [1, 5, 2, 3, 3]]  # "abcd" is cut to "abc"; padding <pad>
+    assert tokenizer.batch_decode(batch["input_ids"], skip_special_tokens=True) == ["한국어 abc \ufffd", "abc"]
+    assert len(tokenizer) == len(tokenizer.get_vocab()) == tokenizer.alphabet.size + 1
+    assert tokenizer.convert_tokens_to_ids("?") == tokenizer.alphabet.markers["unknown"] + 1
+
+
+def test_learned_tokenizer_pads_saves_and_loads(tmp_path):
+    tokenizer = learned_tokenizer(tmp_path)
+    features = [tokenizer(words, is_split_into_words=True) for words in (["abc"], ["한국어", "abc", "x"])]
+    collated = DataCollatorWithPadding(tokenizer)(features)
+    sentences = [["abc"], ["한국어", "abc", "x"]]
+    direct = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    for key in ("input_ids", "attention_mask", "word_input_ids"):
+        assert torch.equal(collated[key], direct[key]), key
+    with pytest.raises(ValueError, match="lack them"):
+        tokenizer.pad([{"input_ids": features[0]["input_ids"]}])
+    tokenizer.save_pretrained(tmp_path / "saved")
+    loaded = ElmoTokenizer.from_pretrained(tmp_path / "saved")
+    assert loaded(["한국어 abcd"])["input_ids"] == tokenizer(["한국어 abcd"])["input_ids"]
+    assert loaded(["한국어 abcd"])["word_input_ids"] == tokenizer(["한국어 abcd"])["word_input_ids"]

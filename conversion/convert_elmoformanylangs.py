@@ -1,0 +1,14 @@
+"""Converts an ELMoForManyLangs model (an unpacked release folder or its .zip) into a model folder. The same as
+`hf-elmo convert --format elmoformanylangs`; run with --help for the flags."""
+
+import sys
+
+from hf_elmo.cli import main as hf_elmo_main
+
+
+def main(argv=None) -> int:
+    return hf_elmo_main(["convert", "--format", "elmoformanylangs", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

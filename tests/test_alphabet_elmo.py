@@ -1,0 +1,79 @@
+"""The one ground floor of character ids: the byte alphabet (bilm-tf) and learned ones (ELMoForManyLangs, pretrain)."""
+
+import pytest
+
+from hf_elmo import ElmoConfig, ElmoTokenizer
+from hf_elmo.alphabet_elmo import MARKER_ROLES, CharacterAlphabet, learn_character_vocabulary
+
+KOREAN = "한국어를배웁니다"  # 8 syllables, 24 UTF-8 bytes
+
+
+def learned(symbols: str = "ab한국") -> CharacterAlphabet:
+    ids = {char: i for i, char in enumerate(symbols)}
+    for name in ("<bos>", "<eos>", "<oov>", "<pad>", "<bow>", "<eow>"):
+        ids[name] = len(ids)
+    return CharacterAlphabet.from_symbols(ids)
+
+
+def test_byte_alphabet_is_bilm_tf():
+    alphabet = CharacterAlphabet()
+    assert (alphabet.learned, alphabet.size, alphabet.table_rows) == (False, 261, 262)
+    assert alphabet.sentence_marker_row_ids() == (257, 258)
+    assert alphabet.word_row("é", 6) == [259, 0xC3 + 1, 0xA9 + 1, 260, 261, 261]
+    assert alphabet.boundary_words == ("<S>", "</S>")
+    assert ElmoConfig().alphabet == alphabet
+    with pytest.raises(ValueError, match="byte alphabet is fixed"):
+        CharacterAlphabet(size=300)
+
+
+def test_learned_alphabet_cuts_characters_not_bytes():
+    alphabet = learned()
+    row = alphabet.word_row("한국" * 4, 8)  # 6 characters fit; bytes would hold 2 syllables
+    markers = alphabet.markers
+    assert [i - 1 for i in row] == [markers["begin_of_word"], 2, 3, 2, 3, 2, 3, markers["end_of_word"]]
+    assert alphabet.word_row("a?", 5) == [markers["begin_of_word"] + 1, 1, markers["unknown"] + 1,
+                                          markers["end_of_word"] + 1, markers["padding"] + 1]
+    assert alphabet.table_rows == alphabet.size + 1 == 11
+    assert alphabet.word_row("<eos>", 5) == alphabet.boundary_row(True, 5)
+    assert alphabet.word_row("<eos>", 8, boundary_words=False)[1:6] == [markers["unknown"] + 1] * 5
+
+
+def test_markers_are_taken_by_role():
+    ids = {"a": 0, "<bos>": 1, "<eos>": 2, "<oov>": 3, "<pad>": 4, "<bow>": 5, "<eow>": 6}
+    swapped = CharacterAlphabet.from_symbols(ids, dict(zip(MARKER_ROLES, ("<bos>", "<eos>", "<eow>", "<bow>",
+                                                                          "<pad>", "<oov>"))))
+    assert swapped.word_row("a", 4) == [7, 1, 6, 5]
+
+
+@pytest.mark.parametrize("symbols, message", [
+    ({"a": 0}, "lacks the marker symbols"),
+    ({"a": 9, "<bos>": 1, "<eos>": 2, "<oov>": 3, "<pad>": 4, "<bow>": 5, "<eow>": 6}, "ids must be 0..6"),
+])
+def test_bad_vocabularies_are_refused(symbols, message):
+    with pytest.raises(ValueError, match=message):
+        CharacterAlphabet.from_symbols(symbols)
+
+
+def test_save_load_and_config_round_trip(tmp_path):
+    alphabet = learned()
+    alphabet.save(tmp_path / "char_vocab.json")
+    assert CharacterAlphabet.from_file(tmp_path / "char_vocab.json") == alphabet
+    config = ElmoConfig(**alphabet.config_fields())
+    assert config.alphabet.table_rows == alphabet.table_rows
+    assert config.alphabet.sentence_marker_row_ids() == alphabet.sentence_marker_row_ids()
+    with pytest.raises(ValueError, match="go together"):
+        ElmoConfig(char_vocab_size=4)
+    with pytest.raises(ValueError, match="outside the character vocabulary"):
+        ElmoConfig(char_vocab_size=3, char_markers=alphabet.markers)
+
+
+def test_learned_vocabulary_from_a_corpus(tmp_path):
+    """What `pretrain --char-vocab learned` builds: characters by frequency, then the six markers."""
+    alphabet = learn_character_vocabulary(["나는 한국어를 배웁니다", "한국어 한국"], max_size=4)
+    assert list(alphabet.symbols)[:4] == ["한", "국", "어", "나"]
+    assert list(alphabet.symbols)[4:] == ["<bos>", "<eos>", "<bow>", "<eow>", "<pad>", "<oov>"]
+    assert learn_character_vocabulary([["ab", "b"]], min_count=2).symbols["b"] == 0
+    alphabet.save(tmp_path / "char_vocab.json")
+    tokenizer = ElmoTokenizer(max_characters_per_token=10, char_vocab_file=str(tmp_path / "char_vocab.json"))
+    row = tokenizer([KOREAN], is_split_into_words=True)["input_ids"][1]
+    assert tokenizer.decode(row) == "한국어" + "\ufffd" * 5  # all 8 syllables fit in 10; 5 are unknown
