@@ -19,7 +19,7 @@ import torch
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 
-from conftest import tiny_config, write_original_checkpoint
+from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat on mat quickly under over house river été".split()
@@ -88,7 +88,7 @@ def test_embed_all_matches_model_in_allennlp_layout(model_dir, model, tmp_path):
             assert array.dtype == np.float32
             expected = reference_layers(model, line.split())
             assert array.shape == (3, len(line.split()), 16)
-            np.testing.assert_allclose(array[()], expected, atol=1e-5)
+            np.testing.assert_allclose(array[()], expected, atol=FLOAT32_TOLERANCE)
     assert mapping == {"the cat sat": "4", "": "1", "a dog": "2", ("été " * 30).strip(): "3"}
 
 
@@ -110,12 +110,12 @@ def test_layer_choices_pooling_and_npy(model_dir, model, tmp_path):
         assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), *flags]) == 0
         written = read_hdf5(output)
         for index, layers in enumerate(references):
-            np.testing.assert_allclose(written[str(index)], select(layers), atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(written[str(index)], select(layers), atol=FLOAT32_TOLERANCE, err_msg=name)
 
     folder = tmp_path / "npy"
     assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(folder), "--top", "--format", "npy"]) == 0
     for index, layers in enumerate(references):
-        np.testing.assert_allclose(np.load(folder / f"{index}.npy"), layers[-1], atol=1e-5)
+        np.testing.assert_allclose(np.load(folder / f"{index}.npy"), layers[-1], atol=FLOAT32_TOLERANCE)
     assert json.loads((folder / "sentence_to_index.json").read_text()) == {line: str(i) for i, line in
                                                                           enumerate(lines)}
 
@@ -126,7 +126,7 @@ def test_pretokenize_splits_with_the_pre_tokenizer(model_dir, model, tmp_path):
                  "--pretokenize"]) == 0
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
     words = tokenizer.split_words("the cat, sat.")
-    np.testing.assert_allclose(read_hdf5(tmp_path / "o.h5")["0"], reference_layers(model, words)[-1], atol=1e-5)
+    np.testing.assert_allclose(read_hdf5(tmp_path / "o.h5")["0"], reference_layers(model, words)[-1], atol=FLOAT32_TOLERANCE)
 
 
 def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
@@ -153,7 +153,7 @@ def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
     assert sorted(got) == sorted(want) and len(got) == len(lines) + 1
     assert got.pop("sentence_to_index")[0] == want.pop("sentence_to_index")[0]
     for name in want:
-        np.testing.assert_allclose(got[name], want[name], atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE, err_msg=name)
 
 
 def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
@@ -180,7 +180,7 @@ def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
     assert sorted(got) == sorted(want)
     for name in want:
         if name != "sentence_to_index":
-            np.testing.assert_allclose(got[name], want[name], atol=1e-6)
+            np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE)
 
 
 def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):

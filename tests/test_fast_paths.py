@@ -1,6 +1,6 @@
 """
 Every fast path of `modeling_elmo` against the exact reference paths (`nn.Conv1d` for the character CNN,
-`ElmoLstmLayer.forward` for the recurrence), fp32 within 1e-5; and the hand-written backward of the recurrence
+`ElmoLstmLayer.forward` for the recurrence), fp32 within `FLOAT32_TOLERANCE`; and the hand-written backward of the recurrence
 (`ElmoLstmLayerFunction`) against autograd through the reference loop.
 """
 
@@ -11,9 +11,7 @@ import hf_elmo.modeling_elmo as modeling_elmo
 from hf_elmo import ElmoModel
 from hf_elmo.modeling_elmo import ElmoBiLm, ElmoCharacterEncoder, ElmoLstmLayer, ElmoLstmLayerFunction
 
-from conftest import tiny_config
-
-TOLERANCE = 1e-5
+from conftest import FLOAT32_TOLERANCE, tiny_config
 
 
 def random_batch(config, lengths, seed=0):
@@ -41,7 +39,7 @@ def run_model(model, input_ids, mask, fast, monkeypatch, initial_state=None):
 
 def assert_close(fast, exact):
     assert fast.shape == exact.shape
-    assert (fast - exact).abs().max().item() <= TOLERANCE
+    assert (fast - exact).abs().max().item() <= FLOAT32_TOLERANCE
 
 
 def assert_outputs_match(fast, exact):
