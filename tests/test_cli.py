@@ -1,6 +1,7 @@
 """The `hf-elmo` command, run as a real subprocess on a small converted checkpoint, outputs read back and compared
 with `ElmoModel`."""
 
+import gzip
 import json
 import os
 import resource
@@ -126,7 +127,8 @@ def test_pretokenize_splits_with_the_pre_tokenizer(model_dir, model, tmp_path):
                  "--pretokenize"]) == 0
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
     words = tokenizer.split_words("the cat, sat.")
-    np.testing.assert_allclose(read_hdf5(tmp_path / "o.h5")["0"], reference_layers(model, words)[-1], atol=FLOAT32_TOLERANCE)
+    np.testing.assert_allclose(read_hdf5(tmp_path / "o.h5")["0"], reference_layers(model, words)[-1],
+                               atol=FLOAT32_TOLERANCE)
 
 
 def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
@@ -162,12 +164,8 @@ def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "out.h5"
 
-    def limit_file_size():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
-        resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
-
     failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "32",
-                     preexec_fn=limit_file_size)
+                     preexec_fn=limit_file_size(60_000))
     assert failed.returncode != 0
     assert "Traceback" not in failed.stderr
     assert "hf-elmo: error: cannot write" in failed.stderr and "--resume" in failed.stderr
@@ -181,6 +179,91 @@ def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
     for name in want:
         if name != "sentence_to_index":
             np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE)
+
+
+def limit_file_size(limit: int):
+    """For `preexec_fn`: writes past `limit` bytes fail with EFBIG, as on a full disk."""
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in sorted(folder.iterdir())}
+
+
+def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_path, capsys):
+    lines = corpus(200, seed=4)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "32",
+                     preexec_fn=limit_file_size(60_000))
+    assert failed.returncode == 1 and any(part.suffix == ".npz" for part in parts.iterdir()), failed.stderr
+    before = snapshot(parts)
+
+    other_input = tmp_path / "other.txt"
+    other_input.write_text("\n".join(corpus(200, seed=5)) + "\n", encoding="utf-8")
+    other_model = tmp_path / "other-model"
+    torch.manual_seed(7)
+    ElmoModel(tiny_config()).save_pretrained(other_model)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(other_model)
+    attempts = {
+        "input file": [model_dir, other_input, output, "--all"],
+        "model, model weights": [other_model, tmp_path / "in.txt", output, "--all"],
+        "layers": [model_dir, tmp_path / "in.txt", output, "--top"],
+        "pooled": [model_dir, tmp_path / "in.txt", output, "--all", "--pooled"],
+    }
+    for differs, arguments in attempts.items():
+        capsys.readouterr()
+        assert main(["embed", *map(str, arguments), "--resume"]) == 1
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"hf-elmo: error: cannot resume {parts}: it holds a run with another {differs} ("), \
+            error
+        assert "\n" not in error and not output.exists()
+        assert snapshot(parts) == before  # left as it was
+
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--resume"]) == 0
+    assert len(read_hdf5(output)) == len(lines) + 1
+
+
+def test_stopped_run_names_its_parts_folder(model_dir, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(corpus(300, seed=6)) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "hf_elmo.cli", "embed", str(model_dir), str(tmp_path / "in.txt"),
+                                str(output), "--all", "--batch-size", "1"], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(list(parts.glob("*.npz"))) < 5 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=60)[1]
+    assert process.returncode == 128 + signal.SIGINT
+    error = [line for line in stderr.splitlines() if "hf-elmo: error" in line]
+    assert len(error) == 1 and f"the finished lines are in {parts}/, rerun with --resume" in error[0], stderr
+    assert not output.exists() and len(list(parts.glob("*.npz"))) >= 5
+
+
+def test_npy_output_is_complete_or_absent(model_dir, model, tmp_path):
+    lines = corpus(40, seed=8)
+    lines[30] = " ".join(["dog"] * 400)  # its .npy (3 x 400 x 16 float32) is past the file-size limit below
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "npy", tmp_path / "npy.parts"
+    failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--format", "npy",
+                     preexec_fn=limit_file_size(50_000))
+    assert failed.returncode == 1 and "hf-elmo: error: cannot write" in failed.stderr, failed.stderr
+    assert not output.exists()
+    assert not any("partial" in path.name for path in parts.iterdir()) and (parts / "0.npy").is_file()
+
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--format", "npy",
+                 "--resume"]) == 0
+    assert not parts.exists()
+    assert sorted(path.name for path in output.iterdir()) == sorted(
+        [f"{i}.npy" for i in range(len(lines))] + ["sentence_to_index.json"])
+    np.testing.assert_allclose(np.load(output / "30.npy"), reference_layers(model, lines[30].split()),
+                               atol=FLOAT32_TOLERANCE)
 
 
 def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
@@ -201,17 +284,57 @@ def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
     assert "no such model folder" in error_of(tmp_path / "nope", good, tmp_path / "o3.h5", "--top")
     assert "needs 3 weights" in error_of(model_dir, good, tmp_path / "o4.h5", "--mix", "1,2")
     assert "line 2: not valid UTF-8" in error_of(model_dir, bad, tmp_path / "o5.h5", "--top")
+    assert not (tmp_path / "o5.h5.parts").exists()  # a run that wrote nothing leaves nothing
+    assert "gzip" in error_of(model_dir, gzipped_without_suffix(tmp_path), tmp_path / "o7.h5", "--top")
 
     assert main(["embed", str(model_dir), str(good), str(tmp_path / "o6.h5"), "--top"]) == 0
     assert "exists" in error_of(model_dir, good, tmp_path / "o6.h5", "--top")
-    assert "other settings" in error_of(model_dir, bad, tmp_path / "o5.h5", "--all", "--resume", "--errors", "skip")
 
-    assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip.h5"), "--top", "--errors", "skip"]) == 0
-    assert sorted(read_hdf5(tmp_path / "skip.h5")) == ["0", "2", "sentence_to_index"]
+    capsys.readouterr()
+    assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip.h5"), "--all", "--errors", "skip"]) == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if line.strip() and "embedding" not in line] == [
+        f"wrote 3 lines to {tmp_path / 'skip.h5'} (1 not valid UTF-8, skipped: written as entries of 0 words; "
+        "--verbose lists their line numbers)"]
+    skipped = read_hdf5(tmp_path / "skip.h5")
+    assert sorted(skipped) == ["0", "1", "2", "sentence_to_index"] and skipped["1"].shape == (3, 0, 16)
+    assert sorted(json.loads(skipped["sentence_to_index"][0]).values()) == ["0", "2"]
+    assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip2.h5"), "--top", "--errors", "skip",
+                 "--verbose"]) == 0
+    assert "skipped lines: 2\n" in capsys.readouterr().err
     assert main(["embed", str(model_dir), str(bad), str(tmp_path / "rep.h5"), "--top", "--errors", "replace"]) == 0
     replaced = read_hdf5(tmp_path / "rep.h5")
     assert replaced["1"].shape == (3, 16)
     assert json.loads(replaced["sentence_to_index"][0])["sat \ufffd on"] == "1"
+
+
+def gzipped_without_suffix(folder: Path) -> Path:
+    path = folder / "compressed.txt"
+    path.write_bytes(gzip.compress(b"the cat\n"))
+    return path
+
+
+def test_gzip_input_is_read(model_dir, tmp_path):
+    lines = corpus(5, seed=2)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "in.txt.gz").write_bytes(gzip.compress((tmp_path / "in.txt").read_bytes()))
+    for name in ("in.txt", "in.txt.gz"):
+        assert main(["embed", str(model_dir), str(tmp_path / name), str(tmp_path / f"{name}.h5"), "--top"]) == 0
+    plain, compressed = read_hdf5(tmp_path / "in.txt.h5"), read_hdf5(tmp_path / "in.txt.gz.h5")
+    assert sorted(plain) == sorted(compressed)
+    for name in plain:
+        np.testing.assert_array_equal(plain[name], compressed[name], err_msg=name)  # the same batches: same bits
+
+
+def test_device_errors_name_the_device(model_dir, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
+    expected = {"gpu": "--device gpu: not a torch device", "mps": "--device mps: MPS (Apple GPUs) is not available"}
+    if not torch.cuda.is_available():
+        expected["cuda:1"] = "--device cuda:1: CUDA is not available here"
+    for device, message in expected.items():
+        assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top",
+                     "--device", device]) == 1
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"hf-elmo: error: {message}") and "\n" not in error, error
 
 
 def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):

@@ -1,7 +1,7 @@
 """
 Every fast path of `modeling_elmo` against the exact reference paths (`nn.Conv1d` for the character CNN,
-`ElmoLstmLayer.forward` for the recurrence), fp32 within `FLOAT32_TOLERANCE`; and the hand-written backward of the recurrence
-(`ElmoLstmLayerFunction`) against autograd through the reference loop.
+`ElmoLstmLayer.forward` for the recurrence), fp32 within `FLOAT32_TOLERANCE`; and the hand-written backward of the
+recurrence (`ElmoLstmLayerFunction`) against autograd through the reference loop.
 """
 
 import pytest

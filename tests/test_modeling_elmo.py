@@ -155,7 +155,8 @@ def test_padding_and_batch_neighbours_change_nothing(tiny_model, tiny_tokenizer,
             for layer_together, layer_alone in zip(together.hidden_states, alone.hidden_states):
                 torch.testing.assert_close(layer_together[row, :n], layer_alone[0], rtol=0, atol=FLOAT32_TOLERANCE)
             for state_together, state_alone in zip(together.final_state, alone.final_state):
-                torch.testing.assert_close(state_together[:, :, row], state_alone[:, :, 0], rtol=0, atol=FLOAT32_TOLERANCE)
+                torch.testing.assert_close(state_together[:, :, row], state_alone[:, :, 0], rtol=0,
+                                           atol=FLOAT32_TOLERANCE)
 
 
 def test_same_input_same_output(tiny_model, tiny_batch):
