@@ -500,7 +500,7 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                        help="compute dtype (default float32); outputs are stored as float32")
     embed.add_argument("--errors", choices=["strict", "replace", "skip"], default="strict",
-                       help="a line that is not UTF-8: stop (default), replace bad bytes, or skip it (written as 0 words)")
+                       help="a line that is not UTF-8: stop (default), replace bad bytes, or skip it (0 words)")
     embed.add_argument("--resume", action="store_true", help="continue a stopped run, keeping the lines it wrote")
     embed.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")
     embed.add_argument("--verbose", action="store_true", help="list the line numbers of skipped lines")
