@@ -112,6 +112,15 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         self._word_to_id = None if vocab_file is None else self.word_tokenizer.get_vocab()
         super().__init__(max_characters_per_token=max_characters_per_token, pre_tokenizer=pre_tokenizer, **kwargs)
 
+    @classmethod
+    def _from_pretrained(cls, resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs):
+        # No file is required (the alphabet is fixed), so transformers would build a default tokenizer from a path
+        # that does not exist: a typo would go unnoticed.
+        if not os.path.isdir(pretrained_model_name_or_path) and not any(resolved_vocab_files.values()):
+            raise OSError(f"{pretrained_model_name_or_path} is not a folder, and no ElmoTokenizer files were found "
+                          "for it on the Hub or in the Hub cache")
+        return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
+
     # -- the vocabulary is the fixed byte alphabet: nothing to save or add ------------------------------------------
 
     @property

@@ -140,3 +140,15 @@ def test_bad_settings_are_refused():
         ElmoTokenizer(padding_side="left")
     with pytest.raises(ValueError, match="pre_tokenizer"):
         ElmoTokenizer(pre_tokenizer="sentencepiece")
+
+
+def test_a_missing_path_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    with pytest.raises(OSError):  # transformers refuses a path that cannot be a Hub id
+        ElmoTokenizer.from_pretrained(str(tmp_path / "does-not-exist"))
+    with pytest.raises(OSError, match="outputs/does-not-exist is not a folder, and no ElmoTokenizer files were found"):
+        ElmoTokenizer.from_pretrained("outputs/does-not-exist")  # a relative path could also be a Hub id
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(tmp_path / "saved")
+    assert ElmoTokenizer.from_pretrained(tmp_path / "saved").max_characters_per_token == 20
+    (tmp_path / "no-tokenizer-files").mkdir()  # a folder without tokenizer files gives the default tokenizer
+    assert ElmoTokenizer.from_pretrained(tmp_path / "no-tokenizer-files").max_characters_per_token == 50
