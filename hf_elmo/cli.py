@@ -24,7 +24,9 @@ import json
 import os
 import shutil
 import signal
+import socket
 import sys
+import urllib.parse
 import zlib
 from collections.abc import Iterator
 from pathlib import Path
@@ -58,19 +60,58 @@ def load_model(name: str, dtype: torch.dtype | str = "auto", device: str = "cpu"
 
     transformers_logging.disable_progress_bar()
     path = Path(name).expanduser()
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise CliError(f"{name} is not an hf_elmo model folder (no config.json)")
-    if not path.exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
+    offline = False
+    if path.is_dir():
+        _check_model_folder(path, name)
+    elif path.exists():
+        raise CliError(f"{name} is a file; the model is a folder (or a Hub id)")
+    elif name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise CliError(f"no such model folder: {name}")
+    else:
+        offline = _offline_without_network()
     try:
         model = ElmoModel.from_pretrained(path if path.is_dir() else name, dtype=dtype)
         tokenizer = ElmoTokenizer.from_pretrained(path if path.is_dir() else name)
         model = model.to(device).eval()
     except (OSError, ValueError, TypeError, RuntimeError) as error:
+        if offline:
+            raise CliError(f"no such model folder: {name}; as a Hub id it is not in the Hub cache, and the Hub "
+                           f"cannot be reached") from error
         raise CliError(f"cannot load {name} as an hf_elmo model: {_first_line(error)}") from error
     if tokenizer.max_characters_per_token != model.config.max_characters_per_token:  # a folder without tokenizer files
         tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
     return model, tokenizer
+
+
+def _check_model_folder(path: Path, name: str):
+    """A one-line error for a folder that is not an hf_elmo model (checked before `ElmoConfig` reads it)."""
+    try:
+        model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except FileNotFoundError as error:
+        raise CliError(f"{name} is not an hf_elmo model folder (no config.json)") from error
+    except (OSError, ValueError, AttributeError) as error:
+        raise CliError(f"{name} is not an hf_elmo model folder (config.json: {_first_line(error)})") from error
+    if model_type != "elmo":
+        raise CliError(f"{name} is not an hf_elmo model folder (model_type {model_type!r})")
+
+
+def _offline_without_network() -> bool:
+    """
+    Tries once, for a few seconds at most, to open a connection to the Hub. Without one, switches huggingface_hub
+    to offline mode and returns True: a cached model still loads, anything else fails at once instead of after
+    half a minute of retries. Behind a proxy, or with `HF_HUB_OFFLINE=1`, nothing is tried.
+    """
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode() or any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")):
+        return False
+    endpoint = urllib.parse.urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=5).close()
+        return False
+    except OSError:
+        constants.HF_HUB_OFFLINE = True
+        return True
 
 
 def _first_line(error: BaseException) -> str:

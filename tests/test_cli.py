@@ -337,6 +337,30 @@ def test_device_errors_name_the_device(model_dir, tmp_path, capsys):
         assert error.startswith(f"hf-elmo: error: {message}") and "\n" not in error, error
 
 
+def test_foreign_model_folder_is_named_in_one_line(tmp_path, capsys):
+    from transformers import BertConfig, BertModel
+
+    BertModel(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                         vocab_size=10)).save_pretrained(tmp_path / "bert")
+    (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
+    for command in (["info", tmp_path / "bert"], ["embed", tmp_path / "bert", tmp_path / "in.txt", tmp_path / "o.h5",
+                                                 "--top"]):
+        assert main(list(map(str, command))) == 1
+        assert capsys.readouterr().err == f"hf-elmo: error: {tmp_path / 'bert'} is not an hf_elmo model folder " \
+                                          f"(model_type 'bert')\n"
+
+
+def test_hub_id_without_network_fails_at_once(tmp_path):
+    """The Hub endpoint refuses connections: one line, without the retries of huggingface_hub (half a minute)."""
+    env = {key: value for key, value in os.environ.items() if key not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(PYTHONPATH=str(ROOT), HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf-home"))
+    result = subprocess.run([sys.executable, "-m", "hf_elmo.cli", "info", "someone/elmo"], capture_output=True,
+                            text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr == ("hf-elmo: error: no such model folder: someone/elmo; as a Hub id it is not in the Hub "
+                             "cache, and the Hub cannot be reached\n")
+
+
 def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):
     assert main(["info", str(model_dir)]) == 0
     printed = capsys.readouterr().out
