@@ -478,20 +478,38 @@ def _embed_lines(args, model, tokenizer, split, choice, output, stop: DeferredSt
 
 
 def convert_command(args) -> int:
+    from transformers.utils import logging as transformers_logging
+
     from .conversion import ElmoConversionError, convert, push_to_hub
 
+    transformers_logging.disable_progress_bar()  # a bar for writing one small shard is noise
     try:
         output = convert(args.options_file, args.weight_file, args.output_dir, overwrite=args.overwrite)
     except ElmoConversionError as error:
         raise CliError(str(error)) from error
     print(f"wrote {output}")
     if args.push_to_hub:
+        retry = f"upload it with: hf upload {args.push_to_hub} {output}" + (" --private" if args.private else "")
+        if _offline_without_network():
+            raise CliError(f"{output} was written, but the upload to {args.push_to_hub} failed: the Hub cannot be "
+                           f"reached; {retry}")
         try:
             commit = push_to_hub(output, args.push_to_hub, private=args.private)
-        except (OSError, ValueError) as error:  # huggingface_hub's HTTP and auth errors derive from these
+        except Exception as error:  # noqa: BLE001  whatever failed (network, auth, HTTP client), the folder stands
             raise CliError(f"{output} was written, but the upload to {args.push_to_hub} failed: "
-                           f"{_first_line(error)}") from error
+                           f"{_first_line(error)}; {retry}") from error
         print(f"uploaded to {args.push_to_hub}: {commit}")
+    return 0
+
+
+def export_command(args) -> int:
+    from .conversion import ElmoConversionError, export
+
+    try:
+        output = export(args.model_dir, args.output_dir, overwrite=args.overwrite)
+    except ElmoConversionError as error:
+        raise CliError(str(error)) from error
+    print(f"wrote {output}/options.json and {output}/weights.hdf5")
     return 0
 
 
@@ -515,11 +533,14 @@ def info_command(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    """The `hf-elmo` parser; `progs` renames subcommands run as standalone scripts (`{"convert": "convert.py"}`)."""
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo models for Hugging Face transformers.")
     commands = parser.add_subparsers(dest="command", required=True)
+    progs = progs or {}
 
-    embed = commands.add_parser("embed", help="embed a text file, one sentence per line, to HDF5 or .npy files",
+    embed = commands.add_parser("embed", prog=progs.get("embed"),
+                                help="embed a text file, one sentence per line, to HDF5 or .npy files",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     embed.add_argument("model", help="model folder or Hub id")
     embed.add_argument("input", help="text file, UTF-8, one sentence per line (.gz: gzip-compressed)")
@@ -547,7 +568,8 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--verbose", action="store_true", help="list the line numbers of skipped lines")
     embed.set_defaults(func=embed_command)
 
-    convert = commands.add_parser("convert", help="convert an original checkpoint (options.json + weights.hdf5)")
+    convert = commands.add_parser("convert", prog=progs.get("convert"),
+                                  help="convert an original checkpoint (options.json + weights.hdf5)")
     convert.add_argument("--options-file", required=True, help="original options.json (path or http(s) URL)")
     convert.add_argument("--weight-file", required=True, help="original weights.hdf5 (path or http(s) URL)")
     convert.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
@@ -556,7 +578,15 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--private", action="store_true", help="create the Hub repository as private")
     convert.set_defaults(func=convert_command)
 
-    info = commands.add_parser("info", help="print a model's sizes, layers, parameter count and dtype")
+    export = commands.add_parser("export", prog=progs.get("export"),
+                                 help="export a model folder to the original layout (options.json + weights.hdf5)")
+    export.add_argument("--model-dir", required=True, help="an hf_elmo model folder")
+    export.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
+    export.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    export.set_defaults(func=export_command)
+
+    info = commands.add_parser("info", prog=progs.get("info"),
+                               help="print a model's sizes, layers, parameter count and dtype")
     info.add_argument("model", help="model folder or Hub id")
     info.set_defaults(func=info_command)
 
@@ -577,18 +607,19 @@ def pretrain_command(argv: list[str]) -> int:
     return 0
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = "hf-elmo") -> int:
+    """Runs `hf-elmo ARGV`; a standalone script running one subcommand passes its own name as `prog`."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv[:1] == ["pretrain"]:
             return pretrain_command(argv[1:])
-        args = build_parser().parse_args(argv)
+        args = build_parser({argv[0]: prog} if argv and prog != "hf-elmo" else None).parse_args(argv)
         return args.func(args)
     except CliError as error:
-        print(f"hf-elmo: error: {error}", file=sys.stderr)
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return error.code
     except KeyboardInterrupt:
-        print("hf-elmo: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -371,6 +371,30 @@ def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):
     assert capsys.readouterr().err.strip().startswith("hf-elmo: error: no such file")
 
 
+def read_hdf5_tree(path: Path) -> dict[str, np.ndarray]:
+    """Every dataset of an HDF5 file by its full name (the original layout nests groups)."""
+    arrays = {}
+
+    def collect(name, item):
+        if isinstance(item, h5py.Dataset):
+            arrays[name] = item[()]
+
+    with h5py.File(path, "r") as handle:
+        handle.visititems(collect)
+    return arrays
+
+
+def test_export_subcommand_gives_back_the_original_bits(model_dir, tmp_path, capsys):
+    assert main(["export", "--model-dir", str(model_dir), "--output-dir", str(tmp_path / "original")]) == 0
+    original, exported = (read_hdf5_tree(folder / "weights.hdf5") for folder in (model_dir.parent / "original",
+                                                                                 tmp_path / "original"))
+    assert sorted(original) == sorted(exported) and original
+    for name in original:
+        assert original[name].tobytes() == exported[name].tobytes(), name
+    assert main(["export", "--model-dir", str(model_dir), "--output-dir", str(tmp_path / "original")]) == 1
+    assert "pass --overwrite" in capsys.readouterr().err
+
+
 def test_pretrain_subcommand_trains_and_saves_a_model(tmp_path, capsys):
     text = "".join(f"the {w} sat on the mat .\n" for w in ["cat", "dog", "bird", "cow"] * 5)
     (tmp_path / "train.txt").write_text(text, encoding="utf-8")
@@ -397,9 +421,43 @@ def test_convert_reports_a_failed_upload_and_keeps_the_folder(tmp_path, monkeypa
         raise OSError("Name or service not known")
 
     monkeypatch.setattr(HfApi, "create_repo", unreachable)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # no reachability check: the call fails
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
     code = main(["convert", "--options-file", str(options), "--weight-file", str(weights),
                  "--output-dir", str(tmp_path / "out"), "--push-to-hub", "someone/elmo"])
     assert code == 1
-    assert "was written, but the upload to someone/elmo failed: Name or service not known" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"hf-elmo: error: {tmp_path / 'out'} was written, but the upload to "
+                                       f"someone/elmo failed: Name or service not known; upload it with: hf upload "
+                                       f"someone/elmo {tmp_path / 'out'}\n")
     assert ElmoModel.from_pretrained(tmp_path / "out").config.n_layers == tiny_config().n_layers
+
+
+def test_convert_push_without_network_is_one_line(tmp_path):
+    options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
+    env = {key: value for key, value in os.environ.items() if key not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(PYTHONPATH=str(ROOT), HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf-home"))
+    result = subprocess.run([sys.executable, "-m", "hf_elmo.cli", "convert", "--options-file", str(options),
+                             "--weight-file", str(weights), "--output-dir", str(tmp_path / "out"), "--push-to-hub",
+                             "someone/elmo", "--private"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"hf-elmo: error: {tmp_path / 'out'} was written, but the upload to someone/elmo failed: the Hub cannot be "
+        f"reached; upload it with: hf upload someone/elmo {tmp_path / 'out'} --private")
+    assert "Traceback" not in result.stderr and (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_convert_output_respects_the_umask_and_names_the_overwrite_flag(tmp_path, capsys):
+    options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
+    previous = os.umask(0o027)
+    try:
+        assert main(["convert", "--options-file", str(options), "--weight-file", str(weights),
+                     "--output-dir", str(tmp_path / "out")]) == 0
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "out" / "model.safetensors").stat().st_mode & 0o777 == 0o640  # transformers writes it 600
+    assert all(path.stat().st_mode & 0o777 == 0o640 for path in (tmp_path / "out").iterdir())
+    capsys.readouterr()
+    assert main(["convert", "--options-file", str(options), "--weight-file", str(weights),
+                 "--output-dir", str(tmp_path / "out")]) == 1
+    assert "pass --overwrite" in capsys.readouterr().err

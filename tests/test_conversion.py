@@ -150,4 +150,8 @@ def test_script_reports_errors_without_traceback(tmp_path):
     result = run_script("convert_allennlp_elmo.py", "--options-file", tmp_path / "nope.json", "--weight-file",
                         tmp_path / "nope.hdf5", "--output-dir", tmp_path / "out")
     assert result.returncode == 1
-    assert result.stderr.startswith("hf-elmo: error: no such file") and "Traceback" not in result.stderr
+    assert result.stderr.startswith("convert_allennlp_elmo.py: error: no such file")
+    assert "Traceback" not in result.stderr
+    for script in ("convert_allennlp_elmo.py", "export_allennlp_elmo.py"):
+        usage = run_script(script, "--help").stdout
+        assert usage.startswith(f"usage: {script} [-h]") and "--output-dir" in usage and "--overwrite" in usage, usage
