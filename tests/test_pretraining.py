@@ -1,5 +1,6 @@
 """Pre-training from scratch: ElmoForPreTraining's losses, the word vocabulary, and the Trainer script end to end."""
 
+import logging
 import math
 import os
 import random
@@ -238,3 +239,21 @@ def test_streaming_run_resumes_from_its_last_checkpoint(tmp_path):
     assert (output / "checkpoint-2" / "trainer_state.json").stat().st_mtime_ns == early_checkpoint
     assert (output / "word_vocab.json").read_text() == first_vocab  # resuming keeps the vocabulary
     assert ElmoModel.from_pretrained(output).config.word_vocab_size is not None
+
+
+def test_bilm_loads_quietly_from_a_pretraining_folder(tmp_path):
+    """The documented path, `ElmoModel.from_pretrained(<pretrain output>)`: the word softmax is left out silently."""
+    torch.manual_seed(0)
+    pretrained = ElmoForPreTraining(tiny_config(word_vocab_size=20, n_negative_samples=4))
+    pretrained.save_pretrained(tmp_path)
+    warnings = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        model = ElmoModel.from_pretrained(tmp_path)
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    assert not [message for message in warnings if "LOAD REPORT" in message], warnings
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, pretrained.elmo.state_dict()[name]), name
