@@ -51,6 +51,9 @@ REMOTE_LOAD_SCRIPT = textwrap.dedent(
         results[folder] = {"model_class": type(model).__module__ + "." + type(model).__name__,
                            "tokenizer_class": type(tokenizer).__module__ + "." + type(tokenizer).__name__,
                            "input_ids": batch["input_ids"], "output": output[0]}
+    # A pipeline on a saved folder, from the folder's code alone.
+    extractor = transformers.pipeline("feature-extraction", model=jobs[0][0], trust_remote_code=True)
+    results["pipeline"] = torch.tensor(extractor(" ".join(sentences[0])))
     assert not any(name.startswith("hf_elmo") for name in sys.modules), "hf_elmo was imported"
     torch.save(results, out)
     """
@@ -90,7 +93,9 @@ def remote(tmp_path_factory):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = torch.load(root / "out.pt")
-    return {name: (root / name, models[name], outputs[str(root / name)]) for name in models}
+    remote = {name: (root / name, models[name], outputs[str(root / name)]) for name in models}
+    remote["pipeline"] = outputs["pipeline"]
+    return remote
 
 
 def test_import_registers_the_auto_classes(tmp_path, tiny_model, tiny_tokenizer):
@@ -130,3 +135,13 @@ def test_remote_code_without_hf_elmo_gives_identical_outputs(remote, tiny_tokeni
     assert torch.equal(loaded["input_ids"], batch["input_ids"])
     with torch.no_grad():
         assert torch.equal(loaded["output"], model(**batch)[0])
+
+
+def test_feature_extraction_pipeline_without_hf_elmo(remote, tiny_tokenizer):
+    """`pipeline("feature-extraction", model=folder, trust_remote_code=True)` works without importing hf_elmo; its
+    output keeps the `<S>` and `</S>` positions (words + 2), unlike `hf-elmo embed`."""
+    _, model, _ = remote["base"]
+    with torch.no_grad():
+        expected = model(**tiny_tokenizer([SENTENCES[0]], is_split_into_words=True, return_tensors="pt"))[0]
+    assert remote["pipeline"].shape == (1, len(SENTENCES[0]) + 2, model.config.hidden_size)
+    assert torch.equal(remote["pipeline"], expected)
