@@ -597,12 +597,15 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
 
 
 def pretrain_command(argv: list[str]) -> int:
-    from .pretraining import main as pretrain
+    try:
+        from .pretraining import main as pretrain
+    except ImportError as error:  # its module imports the Trainer
+        raise CliError('pre-training needs the training extra: pip install "hf_elmo[training]"', code=2) from error
 
     try:
         metrics = pretrain(argv)
-    except ValueError as error:
-        raise CliError(str(error), code=2) from error
+    except (ValueError, ImportError) as error:
+        raise CliError(_first_line(error), code=2) from error
     print(json.dumps(metrics, indent=2))
     return 0
 

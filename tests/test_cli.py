@@ -8,6 +8,7 @@ import resource
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import tomllib
 from pathlib import Path
@@ -400,10 +401,53 @@ def test_pretrain_subcommand_trains_and_saves_a_model(tmp_path, capsys):
     (tmp_path / "train.txt").write_text(text, encoding="utf-8")
     argv = ["pretrain", "--train-file", str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "train.txt"),
             "--output-dir", str(tmp_path / "model"), "--preset", "tiny", "--max-characters-per-token", "20",
-            "--min-count", "1", "--n-negative-samples", "4", "--batch-size", "4", "--max-steps", "2"]
+            "--min-count", "6", "--n-negative-samples", "100", "--batch-size", "4", "--max-steps", "2",
+            # TrainingArguments options this command does not name
+            "--warmup_steps", "1", "--gradient_accumulation_steps", "2", "--lr_scheduler_type", "cosine",
+            "--save-steps", "1", "--keep-checkpoints"]
     assert main(argv) == 0
-    assert '"eval_perplexity": ' in capsys.readouterr().out  # the final metrics, printed as JSON
-    assert ElmoModel.from_pretrained(tmp_path / "model").config.max_characters_per_token == 20
+    printed = capsys.readouterr()
+    assert '"eval_perplexity": ' in printed.out and '"eval_unk_rate": 0.1428' in printed.out  # the final metrics
+    # cat, dog, bird and cow (5 times each) are under --min-count: 20 of the 140 words are <UNK>
+    assert "word vocabulary: 8 words, <S> </S> <UNK> included; <UNK> rate 14.3% of the training words, 14.3% of " \
+           "the validation words" in printed.err
+    assert "negative samples per batch: 8 (asked 100: capped at the vocabulary size)" in printed.err
+    model = ElmoModel.from_pretrained(tmp_path / "model")
+    assert f"parameters: {model.num_parameters() + 8 * 33:,} ({model.num_parameters():,} biLM, 264 softmax)" \
+        in printed.err
+    assert model.config.max_characters_per_token == 20
+    used = torch.load(tmp_path / "model" / "checkpoint-2" / "training_args.bin", weights_only=False)
+    assert (used.warmup_steps, used.gradient_accumulation_steps, used.lr_scheduler_type) == (1, 2, "cosine")
+    assert (tmp_path / "model" / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def test_pretrain_without_the_training_extra_names_it(tmp_path):
+    (tmp_path / "train.txt").write_text("a b\n", encoding="utf-8")
+    block_accelerate = textwrap.dedent("""
+        import importlib.machinery
+        import sys
+
+        class HideAccelerate(importlib.machinery.PathFinder):
+            @classmethod
+            def find_spec(cls, name, path=None, target=None):
+                return None if name.split(".")[0] == "accelerate" else super().find_spec(name, path, target)
+
+        sys.meta_path = [HideAccelerate if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+        from hf_elmo.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    result = subprocess.run([sys.executable, "-c", block_accelerate, "pretrain", "--train-file",
+                             str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "train.txt"),
+                             "--output-dir", str(tmp_path / "model")], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == 'hf-elmo: error: pre-training needs the training extra: pip install "hf_elmo[training]"\n'
 
 
 def test_pretrain_subcommand_reports_bad_arguments(tmp_path, capsys):
