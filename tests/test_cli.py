@@ -5,6 +5,7 @@ import gzip
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
@@ -351,15 +352,23 @@ def test_foreign_model_folder_is_named_in_one_line(tmp_path, capsys):
                                           f"(model_type 'bert')\n"
 
 
-def test_hub_id_without_network_fails_at_once(tmp_path):
-    """The Hub endpoint refuses connections: one line, without the retries of huggingface_hub (half a minute)."""
+def test_hub_id_without_network_fails_at_once_unless_cached(model_dir, tmp_path):
+    """The Hub endpoint refuses connections: one line, without the retries of huggingface_hub (half a minute); a
+    model in the Hub cache still loads."""
     env = {key: value for key, value in os.environ.items() if key not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(PYTHONPATH=str(ROOT), HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf-home"))
-    result = subprocess.run([sys.executable, "-m", "hf_elmo.cli", "info", "someone/elmo"], capture_output=True,
-                            text=True, env=env, timeout=120)
-    assert result.returncode == 1
-    assert result.stderr == ("hf-elmo: error: no such model folder: someone/elmo; as a Hub id it is not in the Hub "
-                             "cache, and the Hub cannot be reached\n")
+    cached, revision = tmp_path / "hf-home" / "hub" / "models--someone--cached-elmo", "0" * 40
+    shutil.copytree(model_dir, cached / "snapshots" / revision)
+    (cached / "refs").mkdir()
+    (cached / "refs" / "main").write_text(revision)
+    results = {name: subprocess.run([sys.executable, "-m", "hf_elmo.cli", "info", name], capture_output=True,
+                                    text=True, env=env, timeout=120)
+               for name in ("someone/elmo", "someone/cached-elmo")}
+    assert results["someone/elmo"].returncode == 1
+    assert results["someone/elmo"].stderr == ("hf-elmo: error: no such model folder: someone/elmo; as a Hub id it is "
+                                              "not in the Hub cache, and the Hub cannot be reached\n")
+    assert results["someone/cached-elmo"].returncode == 0, results["someone/cached-elmo"].stderr
+    assert results["someone/cached-elmo"].stdout.startswith("model: someone/cached-elmo\n")
 
 
 def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):
