@@ -203,8 +203,8 @@ class ModelArguments:
 
 @dataclass
 class PretrainingArguments(TrainingArguments):
-    """`TrainingArguments` with bilm-tf's choices as defaults, the short flags this command always had, and what
-    becomes of the checkpoints."""
+    """`TrainingArguments` with this command's defaults, the short flags it always had, and what becomes of the
+    checkpoints."""
 
     output_dir: str = field(metadata={"help": "the checkpoints while training, then the model folder"})
     per_device_train_batch_size: int = field(default=64, metadata={
