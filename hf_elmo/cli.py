@@ -157,9 +157,9 @@ def count_lines(path: Path) -> int:
     return sum(1 for _ in read_lines(path, "replace"))
 
 
-def run_identity(input_path: Path, model, options: dict) -> dict:
+def run_identity(input_path: Path, model_name: str, model, options: dict) -> dict:
     """What a resumed run must share with the run it continues: the input file (path, size, modification time), the
-    model (name, and hashes of its config and weights) and every option that changes what is written."""
+    model (folder or Hub id, and hashes of its config and weights) and every option that changes what is written."""
     stat = input_path.stat()
     config = {k: v for k, v in model.config.to_dict().items()
               if not k.startswith("_") and k not in ("transformers_version", "dtype")}
@@ -169,7 +169,7 @@ def run_identity(input_path: Path, model, options: dict) -> dict:
         weights.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return {
         "input file": f"{input_path.resolve()} ({stat.st_size:,} bytes, modified {stat.st_mtime_ns} ns)",
-        "model": model.name_or_path,
+        "model": str(Path(model_name).expanduser().resolve()) if Path(model_name).expanduser().is_dir() else model_name,
         "model config": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
         "model weights": weights.hexdigest()[:16],
         **options,
@@ -390,7 +390,7 @@ def embed_command(args) -> int:
     total = count_lines(input_path)
     options = {"layers": choice, "pooled": args.pooled, "pretokenize": args.pretokenize, "dtype": args.dtype,
                "errors": args.errors, "sentence_to_index": not args.forget_sentences}
-    identity = run_identity(input_path, model, options)
+    identity = run_identity(input_path, args.model, model, options)
 
     output = (Hdf5Output if args.format == "hdf5" else NpyOutput)(output_path, identity, args.resume)
     if output.finished:
