@@ -29,6 +29,7 @@ import sys
 import urllib.parse
 import zlib
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -168,7 +169,8 @@ def run_identity(input_path: Path, model_name: str, model, options: dict) -> dic
         weights.update(name.encode())
         weights.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return {
-        "input file": f"{input_path.resolve()} ({stat.st_size:,} bytes, modified {stat.st_mtime_ns} ns)",
+        "input file": f"{input_path.resolve()} ({stat.st_size:,} bytes, modified "
+                      f"{datetime.fromtimestamp(stat.st_mtime).isoformat(timespec='microseconds')})",
         "model": str(Path(model_name).expanduser().resolve()) if Path(model_name).expanduser().is_dir() else model_name,
         "model config": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
         "model weights": weights.hexdigest()[:16],
