@@ -430,8 +430,7 @@ def check_device(device: str):
     try:
         kind = torch.device(device).type
     except RuntimeError as error:
-        raise CliError(f"--device {device}: not a torch device ({_first_line(error)}); use e.g. cpu, cuda, "
-                       f"cuda:1 or mps") from error
+        raise CliError(f"--device {device}: not a torch device; use e.g. cpu, cuda, cuda:1 or mps") from error
     if kind == "cuda" and not torch.cuda.is_available():
         raise CliError(f"--device {device}: CUDA is not available here")
     if kind == "cuda" and (torch.device(device).index or 0) >= torch.cuda.device_count():
