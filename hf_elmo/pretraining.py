@@ -14,6 +14,7 @@ also spelled with dashes; `--help` lists them with their defaults.
 
 import gzip
 import math
+import os
 import shlex
 import shutil
 import sys
@@ -263,6 +264,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     data_args, model_args, training_args = build_parser().parse_args_into_dataclasses(argv, look_for_args_file=False)
     if data_args.streaming and training_args.max_steps <= 0:
         raise ValueError("--streaming needs --max-steps: a stream has no known length")
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > training_args.world_size:  # each process would train alone, all writing the same folder
+        raise ValueError(f"{launched} processes were launched but they do not train together; on CPU pass --use_cpu")
     output_dir = Path(training_args.output_dir)
     # The first process builds the vocabulary (kept when resuming) and saves the tokenizer in the output folder; the
     # others read it there. The Trainer is not given the tokenizer: it would align special-token ids with the model

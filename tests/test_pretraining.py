@@ -234,6 +234,8 @@ def test_pretraining_runs_under_torchrun_with_two_processes(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "hf_elmo.pretraining",
                *pretraining_args(tmp_path, tmp_path / "model", max_steps=4)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "on CPU pass --use_cpu" in result.stderr  # each would train alone
+    result = subprocess.run([*command, "--use_cpu"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "model" / "model.safetensors").is_file()
     assert "eval_forward_perplexity" in result.stdout + result.stderr
