@@ -506,6 +506,8 @@ def convert_command(args) -> int:
 def export_command(args) -> int:
     from .conversion import ElmoConversionError, export
 
+    if Path(args.model_dir).is_dir():
+        _check_model_folder(Path(args.model_dir), args.model_dir)
     try:
         output = export(args.model_dir, args.output_dir, overwrite=args.overwrite)
     except ElmoConversionError as error:

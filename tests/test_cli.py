@@ -345,8 +345,10 @@ def test_foreign_model_folder_is_named_in_one_line(tmp_path, capsys):
     BertModel(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
                          vocab_size=10)).save_pretrained(tmp_path / "bert")
     (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
+    capsys.readouterr()
     for command in (["info", tmp_path / "bert"], ["embed", tmp_path / "bert", tmp_path / "in.txt", tmp_path / "o.h5",
-                                                 "--top"]):
+                                                 "--top"], ["export", "--model-dir", tmp_path / "bert",
+                                                            "--output-dir", tmp_path / "original"]):
         assert main(list(map(str, command))) == 1
         assert capsys.readouterr().err == f"hf-elmo: error: {tmp_path / 'bert'} is not an hf_elmo model folder " \
                                           f"(model_type 'bert')\n"
