@@ -1,24 +1,14 @@
-"""Exports an hf_elmo model folder to the original layout (options.json + weights.hdf5) read by AllenNLP and bilm-tf."""
+"""Exports an hf_elmo model folder to the original layout (options.json + weights.hdf5) read by AllenNLP and bilm-tf:
+`hf-elmo export` under this script's name (--help for the flags)."""
 
-import argparse
 import sys
+from pathlib import Path
 
-from hf_elmo.conversion import ElmoConversionError, export
+from hf_elmo.cli import main as hf_elmo_main
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--model-dir", required=True, help="an hf_elmo model folder")
-    parser.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
-    parser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
-    args = parser.parse_args(argv)
-    try:
-        output = export(args.model_dir, args.output_dir, overwrite=args.overwrite)
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    print(f"wrote {output}/options.json and {output}/weights.hdf5")
-    return 0
+    return hf_elmo_main(["export", *(sys.argv[1:] if argv is None else argv)], prog=Path(__file__).name)
 
 
 if __name__ == "__main__":

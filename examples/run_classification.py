@@ -2,7 +2,7 @@
 
     python examples/run_classification.py --model_name_or_path ELMO_FOLDER \
         --train_file train.csv --validation_file validation.csv --test_file test.csv \
-        --output_dir outputs/my-classifier --num_train_epochs 3 --learning_rate 1e-3
+        --do_train --do_eval --do_predict --output_dir outputs/my-classifier --num_train_epochs 3 --learning_rate 1e-3
 
 The files hold a `text` column (and `text_pair` for pairs, when present) and a `label` column (strings or ints);
 the column names are arguments. The model is an `ElmoModel` folder (a converted or pre-trained biLM: a new head is
@@ -113,9 +113,23 @@ def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
     return {"accuracy": float(np.mean(predicted == gold)), "macro_f1": float(np.mean(scores))}
 
 
+def check_steps(training_args: TrainingArguments, data_args: DataTrainingArguments):
+    """As in transformers' examples, `--do_train`, `--do_eval` and `--do_predict` choose what runs; each needs its
+    file. (`--eval_strategy` other than `no` implies `--do_eval`.)"""
+    steps = [(training_args.do_train, "--do_train", data_args.train_file, "--train_file"),
+             (training_args.do_eval, "--do_eval", data_args.validation_file, "--validation_file"),
+             (training_args.do_predict, "--do_predict", data_args.test_file, "--test_file")]
+    if not any(chosen for chosen, *_ in steps):
+        raise ValueError("nothing to do: pass --do_train, --do_eval and/or --do_predict")
+    for chosen, flag, file, file_flag in steps:
+        if chosen and file is None:
+            raise ValueError(f"{flag} needs {file_flag}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    check_steps(training_args, data_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
                         handlers=[logging.StreamHandler(sys.stdout)])
     set_seed(training_args.seed)
@@ -150,14 +164,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                       eval_dataset=data.get("validation"), processing_class=tokenizer,
                       compute_metrics=classification_metrics)
     results = {}
-    if "train" in data:
+    if training_args.do_train:
         train_result = trainer.train()
         trainer.save_metrics("train", train_result.metrics)
-    if "validation" in data:
+    if training_args.do_eval:
         metrics = trainer.evaluate()
         trainer.save_metrics("eval", metrics)
         results["validation"] = {name.removeprefix("eval_"): value for name, value in metrics.items()}
-    if "test" in data:
+    if training_args.do_predict:
         test_set = data["test"]
         labelled = "labels" in test_set.column_names
         prediction = trainer.predict(test_set, metric_key_prefix="test")
@@ -172,7 +186,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     for split, metrics in results.items():
         print(f"{split}: " + ", ".join(f"{name} = {value:.4f}" for name, value in sorted(metrics.items())
                                        if name in ("accuracy", "macro_f1", "loss")))
-    if "train" in data:
+    if training_args.do_train:
         trainer.save_model(training_args.output_dir)  # model, tokenizer (the processing class) and code files
         if trainer.is_world_process_zero():
             card_results = {split: {name: value for name, value in metrics.items() if name in ("accuracy", "macro_f1")}

@@ -2,7 +2,7 @@
 
     python examples/run_token_classification.py --model_name_or_path ELMO_FOLDER \
         --train_file train.conll --validation_file dev.conll --test_file test.conll \
-        --output_dir outputs/my-tagger --num_train_epochs 3 --learning_rate 1e-3
+        --do_train --do_eval --do_predict --output_dir outputs/my-tagger --num_train_epochs 3 --learning_rate 1e-3
 
 CoNLL files (any other extension than .csv/.json/.jsonl) hold one token per line, its tag in the last column, and a
 blank line between sentences (`-DOCSTART-` lines are skipped). csv/json files hold a `tokens` and a `tags` column:
@@ -140,9 +140,23 @@ def tag_names(raw: DatasetDict, config) -> list[str]:
     return sorted(seen, key=lambda tag: (tag != "O", tag[2:], tag))
 
 
+def check_steps(training_args: TrainingArguments, data_args: DataTrainingArguments):
+    """As in transformers' examples, `--do_train`, `--do_eval` and `--do_predict` choose what runs; each needs its
+    file. (`--eval_strategy` other than `no` implies `--do_eval`.)"""
+    steps = [(training_args.do_train, "--do_train", data_args.train_file, "--train_file"),
+             (training_args.do_eval, "--do_eval", data_args.validation_file, "--validation_file"),
+             (training_args.do_predict, "--do_predict", data_args.test_file, "--test_file")]
+    if not any(chosen for chosen, *_ in steps):
+        raise ValueError("nothing to do: pass --do_train, --do_eval and/or --do_predict")
+    for chosen, flag, file, file_flag in steps:
+        if chosen and file is None:
+            raise ValueError(f"{flag} needs {file_flag}")
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
+    check_steps(training_args, data_args)
     logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
                         handlers=[logging.StreamHandler(sys.stdout)])
     set_seed(training_args.seed)
@@ -193,14 +207,14 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                       data_collator=DataCollatorForTokenClassification(tokenizer),
                       compute_metrics=entity_metrics)
     results = {}
-    if "train" in data:
+    if training_args.do_train:
         train_result = trainer.train()
         trainer.save_metrics("train", train_result.metrics)
-    if "validation" in data:
+    if training_args.do_eval:
         metrics = trainer.evaluate()
         trainer.save_metrics("eval", metrics)
         results["validation"] = {name.removeprefix("eval_"): value for name, value in metrics.items()}
-    if "test" in data:
+    if training_args.do_predict:
         trainer.compute_metrics = entity_metrics if "tags" in raw["test"].column_names else None
         prediction = trainer.predict(data["test"], metric_key_prefix="test")
         if trainer.compute_metrics is not None:
@@ -216,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     for split, metrics in results.items():
         print(f"{split}: " + ", ".join(f"{name} = {value:.4f}" for name, value in sorted(metrics.items())
                                        if name in ("precision", "recall", "f1", "accuracy", "loss")))
-    if "train" in data:
+    if training_args.do_train:
         trainer.save_model(training_args.output_dir)  # model, tokenizer (the processing class) and code files
         if trainer.is_world_process_zero():
             card_results = {split: {name: value for name, value in metrics.items()

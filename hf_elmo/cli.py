@@ -10,19 +10,26 @@ AllenNLP's `allennlp elmo` command. Shapes per line, for `n` words and `dim = 2 
 `--format hdf5` (default): one float32 dataset per line named `str(i)`, plus a `sentence_to_index` dataset of shape
 `(1,)` holding a JSON string `{stripped line text: str(i)}` (the layout of `allennlp elmo`, so its readers work).
 `--format npy`: OUTPUT is a folder with one `{i}.npy` per line and `sentence_to_index.json` holding the same JSON.
-Empty lines are kept as entries with 0 words. Lines are written as the run goes (for HDF5, batch by batch into
-`OUTPUT.parts/`, assembled into OUTPUT at the end, so that OUTPUT is complete or absent); a run that was stopped
-or killed continues with `--resume`, skipping the lines already written.
+Empty lines, and undecodable ones skipped with `--errors skip`, are kept as entries with 0 words. INPUT may be
+gzip-compressed if its name ends in `.gz`. Lines are written as the run goes, into `OUTPUT.parts/`, which becomes
+OUTPUT at the end, so that OUTPUT is complete or absent; a run that was stopped or killed continues with
+`--resume`, skipping the lines already written, if it has the same input file, model and output options.
 """
 
 import argparse
+import gzip
+import hashlib
 import itertools
 import json
 import os
 import shutil
 import signal
+import socket
 import sys
+import urllib.parse
+import zlib
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 
 import numpy as np
@@ -54,19 +61,58 @@ def load_model(name: str, dtype: torch.dtype | str = "auto", device: str = "cpu"
 
     transformers_logging.disable_progress_bar()
     path = Path(name).expanduser()
-    if path.is_dir() and not (path / "config.json").is_file():
-        raise CliError(f"{name} is not an hf_elmo model folder (no config.json)")
-    if not path.exists() and (name.startswith((".", "/", "~")) or name.count("/") > 1):
+    offline = False
+    if path.is_dir():
+        _check_model_folder(path, name)
+    elif path.exists():
+        raise CliError(f"{name} is a file; the model is a folder (or a Hub id)")
+    elif name.startswith((".", "/", "~")) or name.count("/") > 1:
         raise CliError(f"no such model folder: {name}")
+    else:
+        offline = _offline_without_network()
     try:
         model = ElmoModel.from_pretrained(path if path.is_dir() else name, dtype=dtype)
         tokenizer = ElmoTokenizer.from_pretrained(path if path.is_dir() else name)
         model = model.to(device).eval()
     except (OSError, ValueError, TypeError, RuntimeError) as error:
+        if offline:
+            raise CliError(f"no such model folder: {name}; as a Hub id it is not in the Hub cache, and the Hub "
+                           f"cannot be reached") from error
         raise CliError(f"cannot load {name} as an hf_elmo model: {_first_line(error)}") from error
     if tokenizer.max_characters_per_token != model.config.max_characters_per_token:  # a folder without tokenizer files
         tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
     return model, tokenizer
+
+
+def _check_model_folder(path: Path, name: str):
+    """A one-line error for a folder that is not an hf_elmo model (checked before `ElmoConfig` reads it)."""
+    try:
+        model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except FileNotFoundError as error:
+        raise CliError(f"{name} is not an hf_elmo model folder (no config.json)") from error
+    except (OSError, ValueError, AttributeError) as error:
+        raise CliError(f"{name} is not an hf_elmo model folder (config.json: {_first_line(error)})") from error
+    if model_type != "elmo":
+        raise CliError(f"{name} is not an hf_elmo model folder (model_type {model_type!r})")
+
+
+def _offline_without_network() -> bool:
+    """
+    Tries once, for a few seconds at most, to open a connection to the Hub. Without one, switches huggingface_hub
+    to offline mode and returns True: a cached model still loads, anything else fails at once instead of after
+    half a minute of retries. Behind a proxy, or with `HF_HUB_OFFLINE=1`, nothing is tried.
+    """
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode() or any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")):
+        return False
+    endpoint = urllib.parse.urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=5).close()
+        return False
+    except OSError:
+        constants.HF_HUB_OFFLINE = True
+        return True
 
 
 def _first_line(error: BaseException) -> str:
@@ -76,26 +122,60 @@ def _first_line(error: BaseException) -> str:
 
 # -- input ------------------------------------------------------------------------------------------------------------
 
+GZIP_MAGIC = b"\x1f\x8b"
 
-def read_lines(path: Path, errors: str, warn: bool = True) -> Iterator[tuple[int, str | None]]:
+
+def open_input(path: Path):
+    """The file's bytes, decompressed when it is named `.gz`; gzip bytes under another name are an error."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    handle = open(path, "rb")
+    if handle.read(2) == GZIP_MAGIC:
+        handle.close()
+        raise CliError(f"{path} holds gzip-compressed bytes; name it with a .gz suffix to read it decompressed")
+    handle.seek(0)
+    return handle
+
+
+def read_lines(path: Path, errors: str) -> Iterator[tuple[int, str | None]]:
     """`(index, stripped text)` of each line, streamed; text is None for an undecodable line under `errors="skip"`."""
-    with open(path, "rb") as handle:
-        for index, raw in enumerate(handle):
-            try:
-                text = raw.decode("utf-8", "replace" if errors == "replace" else "strict")
-            except UnicodeDecodeError as error:
-                if errors == "strict":
-                    raise CliError(f"{path} line {index + 1}: not valid UTF-8 ({error.reason} at byte "
-                                   f"{error.start}); pass --errors replace or --errors skip") from error
-                if warn:
-                    print(f"hf-elmo: skipping {path} line {index + 1}: not valid UTF-8", file=sys.stderr)
-                text = None
-            yield index, None if text is None else text.strip()
+    try:
+        with open_input(path) as handle:
+            for index, raw in enumerate(handle):
+                try:
+                    text = raw.decode("utf-8", "replace" if errors == "replace" else "strict")
+                except UnicodeDecodeError as error:
+                    if errors == "strict":
+                        raise CliError(f"{path} line {index + 1}: not valid UTF-8 ({error.reason} at byte "
+                                       f"{error.start}); pass --errors replace or --errors skip") from error
+                    text = None
+                yield index, None if text is None else text.strip()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        raise CliError(f"{path}: not a complete gzip file ({_first_line(error)})") from error
 
 
 def count_lines(path: Path) -> int:
-    with open(path, "rb") as handle:
-        return sum(1 for _ in handle)
+    return sum(1 for _ in read_lines(path, "replace"))
+
+
+def run_identity(input_path: Path, model_name: str, model, options: dict) -> dict:
+    """What a resumed run must share with the run it continues: the input file (path, size, modification time), the
+    model (folder or Hub id, and hashes of its config and weights) and every option that changes what is written."""
+    stat = input_path.stat()
+    config = {k: v for k, v in model.config.to_dict().items()
+              if not k.startswith("_") and k not in ("transformers_version", "dtype")}
+    weights = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        weights.update(name.encode())
+        weights.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return {
+        "input file": f"{input_path.resolve()} ({stat.st_size:,} bytes, modified "
+                      f"{datetime.fromtimestamp(stat.st_mtime).isoformat(timespec='microseconds')})",
+        "model": str(Path(model_name).expanduser().resolve()) if Path(model_name).expanduser().is_dir() else model_name,
+        "model config": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
+        "model weights": weights.hexdigest()[:16],
+        **options,
+    }
 
 
 # -- representations --------------------------------------------------------------------------------------------------
@@ -139,35 +219,60 @@ def embed_long(model, tokenizer, words: list[str], window: int) -> torch.Tensor:
 # -- outputs ----------------------------------------------------------------------------------------------------------
 
 
-class Hdf5Output:
+class PartsOutput:
     """
-    Finished batches go to `OUTPUT.parts/`, one `.npz` per batch, each written whole (temporary name, then renamed);
-    `finish` assembles OUTPUT the same way. A failed write cannot leave a broken HDF5 file behind (HDF5 files do not
-    survive one), OUTPUT is complete or absent, and a stopped run resumes from the parts.
+    A run writes into `OUTPUT.parts/`: its identity (`run_identity`) in `hf_elmo_embed.json`, then finished lines,
+    each file written whole (temporary name, then renamed). `finish` builds OUTPUT from the parts in one rename, so
+    OUTPUT is complete or absent; a stopped run resumes from the parts, and only the run it continues may do so.
     """
 
-    def __init__(self, path: Path, settings: dict, resume: bool):
-        try:
-            import h5py  # noqa: F401
-        except ImportError as error:
-            raise CliError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
+    def __init__(self, path: Path, identity: dict, resume: bool):
         self.path, self.parts = path, path.with_name(path.name + ".parts")
+        self.state_file = self.parts / f"{SETTINGS_NAME}.json"
         if path.exists():
             raise CliError(f"{path} exists" + (" and is complete" if resume else "") + "; remove it to write it again")
         if self.parts.exists() and not resume:
             raise CliError(f"{self.parts} holds an unfinished run; pass --resume to continue it, or remove it")
+        if self.parts.exists():
+            _check_identity(self.state_file, identity, self.parts)
         try:
             self.parts.mkdir(parents=True, exist_ok=True)
-            settings_file = self.parts / f"{SETTINGS_NAME}.json"
-            _check_settings(settings_file.read_text() if settings_file.is_file() else None, settings, path)
-            settings_file.write_text(json.dumps(settings))
+            _write_whole(self.state_file, lambda handle: handle.write(json.dumps(identity, indent=1).encode()))
         except OSError as error:
             raise CliError(f"cannot write to {self.parts}: {error.strerror or error}") from error
-        self.finished = set()
+        self.finished = self.finished_lines()
+
+    def finished_lines(self) -> set[str]:
+        raise NotImplementedError
+
+    def discard_if_empty(self) -> bool:
+        """Removes `OUTPUT.parts/` when it holds no finished line (a run that wrote nothing leaves nothing)."""
+        if self.parts.is_dir() and not self.finished_lines():
+            shutil.rmtree(self.parts, ignore_errors=True)
+            return True
+        return False
+
+
+class Hdf5Output(PartsOutput):
+    """
+    One `.npz` per finished batch in `OUTPUT.parts/`; `finish` assembles OUTPUT from them under a temporary name. A
+    failed write cannot leave a broken HDF5 file behind (HDF5 files do not survive one).
+    """
+
+    def __init__(self, path: Path, identity: dict, resume: bool):
+        try:
+            import h5py  # noqa: F401
+        except ImportError as error:
+            raise CliError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
+        super().__init__(path, identity, resume)
+        self.batch = {}
+
+    def finished_lines(self) -> set[str]:
+        finished = set()
         for part in self.parts.glob("*.npz"):
             with np.load(part) as arrays:
-                self.finished.update(arrays.files)
-        self.batch = {}
+                finished.update(arrays.files)
+        return finished
 
     def write(self, index: int, array: np.ndarray):
         self.batch[str(index)] = array
@@ -204,6 +309,27 @@ class Hdf5Output:
         shutil.rmtree(self.parts)
 
 
+class NpyOutput(PartsOutput):
+    """One `{index}.npy` per finished line in `OUTPUT.parts/`; `finish` adds `sentence_to_index.json`, drops the run
+    state and renames the folder to OUTPUT."""
+
+    def finished_lines(self) -> set[str]:
+        return {p.stem for p in self.parts.glob("*.npy") if p.stem.isdigit()}
+
+    def write(self, index: int, array: np.ndarray):
+        _write_whole(self.parts / f"{index}.npy", lambda handle: np.save(handle, array.astype(np.float32)))
+
+    def commit(self):
+        pass
+
+    def finish(self, sentence_to_index: dict[str, str] | None):
+        if sentence_to_index is not None:
+            text = json.dumps(sentence_to_index).encode()
+            _write_whole(self.parts / "sentence_to_index.json", lambda handle: handle.write(text))
+        self.state_file.unlink()
+        os.replace(self.parts, self.path)
+
+
 def _write_whole(path: Path, write):
     """Calls `write(handle)` on a temporary file beside `path` and renames it to `path` once complete."""
     partial = path.with_name(f".{path.name}.partial")
@@ -216,39 +342,17 @@ def _write_whole(path: Path, write):
         raise
 
 
-class NpyOutput:
-    """A folder with one `{index}.npy` per line, each written whole (temporary name, then renamed)."""
-
-    def __init__(self, path: Path, settings: dict, resume: bool):
-        self.path = path
-        if path.exists() and not resume:
-            raise CliError(f"{path} exists; pass --resume to continue the run that wrote it, or remove it")
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            settings_file = path / f"{SETTINGS_NAME}.json"
-            _check_settings(settings_file.read_text() if settings_file.is_file() else None, settings, path)
-            settings_file.write_text(json.dumps(settings))
-        except OSError as error:
-            raise CliError(f"cannot write to {path}: {error.strerror or error}") from error
-        self.finished = {p.stem for p in path.glob("*.npy") if p.stem.isdigit()}
-
-    def write(self, index: int, array: np.ndarray):
-        _write_whole(self.path / f"{index}.npy", lambda handle: np.save(handle, array.astype(np.float32)))
-
-    def commit(self):
-        pass
-
-    def finish(self, sentence_to_index: dict[str, str] | None):
-        target = self.path / "sentence_to_index.json"
-        if sentence_to_index is None:
-            target.unlink(missing_ok=True)
-        else:
-            target.write_text(json.dumps(sentence_to_index), encoding="utf-8")
-
-
-def _check_settings(stored: str | None, settings: dict, path: Path):
-    if stored is not None and json.loads(stored) != settings:
-        raise CliError(f"{path} was written with other settings ({stored}); resume with those or start a new file")
+def _check_identity(state_file: Path, identity: dict, parts: Path):
+    """Refuses to resume a run that was started with another input, model or output option, changing nothing."""
+    try:
+        stored = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        stored = {}
+    differ = [key for key in identity if stored.get(key) != identity[key]]
+    if differ:
+        details = "; ".join(f"{key}: was {stored.get(key, 'not recorded')}, now {identity[key]}" for key in differ)
+        raise CliError(f"cannot resume {parts}: it holds a run with another {', '.join(differ)} ({details}); "
+                       f"rerun it as it was started, or remove {parts} to start over")
 
 
 class DeferredStop:
@@ -268,9 +372,9 @@ class DeferredStop:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
 
-    def check(self, output: Path, done: int):
+    def check(self, parts: Path, done: int):
         if self.signal is not None:
-            raise CliError(f"stopped by signal {self.signal} after {done} lines; the finished lines are in {output}, "
+            raise CliError(f"stopped by signal {self.signal} after {done} lines; the finished lines are in {parts}/, "
                            f"rerun with --resume to continue", code=128 + self.signal)
 
 
@@ -283,29 +387,60 @@ def embed_command(args) -> int:
         raise CliError(f"no such input file: {input_path}")
     if args.batch_size < 1 or args.max_words < 1:
         raise CliError("--batch-size and --max-words must be at least 1")
-    if args.device.startswith("cuda") and not torch.cuda.is_available():
-        raise CliError(f"--device {args.device}: CUDA is not available here")
+    check_device(args.device)
     model, tokenizer = load_model(args.model, DTYPES[args.dtype], args.device)
     choice = "all" if args.all else "top" if args.top else "average" if args.average else _mix_weights(args.mix, model)
     split = tokenizer.split_words if args.pretokenize else str.split
-    settings = {"layers": choice, "pooled": args.pooled, "pretokenize": args.pretokenize}
     total = count_lines(input_path)
+    options = {"layers": choice, "pooled": args.pooled, "pretokenize": args.pretokenize, "dtype": args.dtype,
+               "errors": args.errors, "sentence_to_index": not args.forget_sentences}
+    identity = run_identity(input_path, args.model, model, options)
 
-    output = (Hdf5Output if args.format == "hdf5" else NpyOutput)(output_path, settings, args.resume)
+    output = (Hdf5Output if args.format == "hdf5" else NpyOutput)(output_path, identity, args.resume)
     if output.finished:
         print(f"hf-elmo: resuming: {len(output.finished)} of {total} lines are already written", file=sys.stderr)
     try:
         with DeferredStop() as stop:
             _embed_lines(args, model, tokenizer, split, choice, output, stop, total)
-            sentence_to_index = None if args.forget_sentences else {
-                text: str(index) for index, text in read_lines(input_path, args.errors, warn=False)
-                if text is not None}
-            output.finish(sentence_to_index)
+            sentence_to_index, skipped = {}, []
+            for index, text in read_lines(input_path, args.errors):
+                if text is None:
+                    skipped.append(index + 1)
+                else:
+                    sentence_to_index[text] = str(index)
+            output.finish(None if args.forget_sentences else sentence_to_index)
+    except CliError:
+        output.discard_if_empty()
+        raise
     except (OSError, RuntimeError) as error:
+        kept = "nothing was written" if output.discard_if_empty() else \
+            f"the finished lines are kept in {output.parts}/, rerun with --resume once fixed"
         raise CliError(f"cannot write {output_path}: {getattr(error, 'strerror', None) or _first_line(error)}; "
-                       f"the finished lines are kept, rerun with --resume once fixed") from error
-    print(f"wrote {total} lines to {output_path}", file=sys.stderr)
+                       f"{kept}") from error
+    summary = f"wrote {total} lines to {output_path}"
+    if skipped:
+        summary += (f" ({len(skipped)} not valid UTF-8, skipped: written as entries of 0 words"
+                    + ("" if args.verbose else "; --verbose lists their line numbers") + ")")
+    print(summary, file=sys.stderr)
+    if args.verbose and skipped:
+        print(f"skipped lines: {' '.join(map(str, skipped))}", file=sys.stderr)
     return 0
+
+
+def check_device(device: str):
+    """A one-line error for a device this machine cannot use, before any model is loaded."""
+    try:
+        kind = torch.device(device).type
+    except RuntimeError as error:
+        raise CliError(f"--device {device}: not a torch device; use e.g. cpu, cuda, cuda:1 or mps") from error
+    if kind == "cuda" and not torch.cuda.is_available():
+        raise CliError(f"--device {device}: CUDA is not available here")
+    if kind == "cuda" and (torch.device(device).index or 0) >= torch.cuda.device_count():
+        raise CliError(f"--device {device}: this machine has {torch.cuda.device_count()} CUDA device(s)")
+    if kind == "mps" and not torch.backends.mps.is_available():
+        raise CliError(f"--device {device}: MPS (Apple GPUs) is not available here")
+    if kind not in ("cpu", "cuda", "mps"):
+        raise CliError(f"--device {device}: hf-elmo runs on cpu, cuda or mps")
 
 
 def _mix_weights(text: str, model) -> list[float]:
@@ -327,12 +462,9 @@ def _embed_lines(args, model, tokenizer, split, choice, output, stop: DeferredSt
     done = len(output.finished)
     with tqdm(total=total, initial=done, unit="sent", desc="embedding", file=sys.stderr, mininterval=1.0) as bar:
         while chunk := list(itertools.islice(lines, args.batch_size * BUCKET_BATCHES)):
-            pending = []
-            for index, text in chunk:
-                if text is None:
-                    bar.update(1)
-                elif str(index) not in output.finished:
-                    pending.append((index, split(text)))
+            # An undecodable line skipped under --errors skip is written as an entry of 0 words, like an empty line.
+            pending = [(index, [] if text is None else split(text)) for index, text in chunk
+                       if str(index) not in output.finished]
             short = sorted((p for p in pending if len(p[1]) <= args.max_words), key=lambda p: len(p[1]))
             groups = [short[i:i + args.batch_size] for i in range(0, len(short), args.batch_size)]
             groups += [[p] for p in pending if len(p[1]) > args.max_words]
@@ -346,16 +478,19 @@ def _embed_lines(args, model, tokenizer, split, choice, output, stop: DeferredSt
                 output.commit()
                 bar.update(len(group))
                 done += len(group)
-                stop.check(output.path, done)
+                stop.check(output.parts, done)
 
 
 def convert_command(args) -> int:
+    from transformers.utils import logging as transformers_logging
+
     from .conversion import ElmoConversionError, convert, push_to_hub
 
     needed = ["--model-dir"] if args.format == "elmoformanylangs" else ["--options-file", "--weight-file"]
     missing = [flag for flag in needed if getattr(args, flag[2:].replace("-", "_")) is None]
     if missing:
         raise CliError(f"convert --format {args.format} needs {' and '.join(missing)}", code=2)
+    transformers_logging.disable_progress_bar()  # a bar for writing one small shard is noise
     try:
         if args.format == "elmoformanylangs":
             from .conversion_elmoformanylangs import convert_elmoformanylangs
@@ -367,12 +502,29 @@ def convert_command(args) -> int:
         raise CliError(str(error)) from error
     print(f"wrote {output}")
     if args.push_to_hub:
+        retry = f"upload it with: hf upload {args.push_to_hub} {output}" + (" --private" if args.private else "")
+        if _offline_without_network():
+            raise CliError(f"{output} was written, but the upload to {args.push_to_hub} failed: the Hub cannot be "
+                           f"reached; {retry}")
         try:
             commit = push_to_hub(output, args.push_to_hub, private=args.private)
-        except (OSError, ValueError) as error:  # huggingface_hub's HTTP and auth errors derive from these
+        except Exception as error:  # noqa: BLE001  whatever failed (network, auth, HTTP client), the folder stands
             raise CliError(f"{output} was written, but the upload to {args.push_to_hub} failed: "
-                           f"{_first_line(error)}") from error
+                           f"{_first_line(error)}; {retry}") from error
         print(f"uploaded to {args.push_to_hub}: {commit}")
+    return 0
+
+
+def export_command(args) -> int:
+    from .conversion import ElmoConversionError, export
+
+    if Path(args.model_dir).is_dir():
+        _check_model_folder(Path(args.model_dir), args.model_dir)
+    try:
+        output = export(args.model_dir, args.output_dir, overwrite=args.overwrite)
+    except ElmoConversionError as error:
+        raise CliError(str(error)) from error
+    print(f"wrote {output}/options.json and {output}/weights.hdf5")
     return 0
 
 
@@ -396,14 +548,17 @@ def info_command(args) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser:
+    """The `hf-elmo` parser; `progs` renames subcommands run as standalone scripts (`{"convert": "convert.py"}`)."""
     parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo models for Hugging Face transformers.")
     commands = parser.add_subparsers(dest="command", required=True)
+    progs = progs or {}
 
-    embed = commands.add_parser("embed", help="embed a text file, one sentence per line, to HDF5 or .npy files",
+    embed = commands.add_parser("embed", prog=progs.get("embed"),
+                                help="embed a text file, one sentence per line, to HDF5 or .npy files",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     embed.add_argument("model", help="model folder or Hub id")
-    embed.add_argument("input", help="text file, UTF-8, one sentence per line")
+    embed.add_argument("input", help="text file, UTF-8, one sentence per line (.gz: gzip-compressed)")
     embed.add_argument("output", help="HDF5 file to write (a folder with --format npy)")
     layers = embed.add_mutually_exclusive_group(required=True)
     layers.add_argument("--all", action="store_true", help="all layers: (n_layers + 1, words, dim)")
@@ -422,13 +577,15 @@ def build_parser() -> argparse.ArgumentParser:
     embed.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
                        help="compute dtype (default float32); outputs are stored as float32")
     embed.add_argument("--errors", choices=["strict", "replace", "skip"], default="strict",
-                       help="a line that is not UTF-8: stop (default), replace bad bytes, or skip the line")
+                       help="a line that is not UTF-8: stop (default), replace bad bytes, or skip it (0 words)")
     embed.add_argument("--resume", action="store_true", help="continue a stopped run, keeping the lines it wrote")
     embed.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")
+    embed.add_argument("--verbose", action="store_true", help="list the line numbers of skipped lines")
     embed.set_defaults(func=embed_command)
 
-    convert = commands.add_parser("convert", help="convert an original checkpoint (options.json + weights.hdf5) or "
-                                                  "an ELMoForManyLangs model")
+    convert = commands.add_parser("convert", prog=progs.get("convert"),
+                                  help="convert an original checkpoint (options.json + weights.hdf5) or an "
+                                       "ELMoForManyLangs model")
     convert.add_argument("--format", choices=["original", "elmoformanylangs"], default="original",
                          help="bilm-tf/AllenNLP files (default) or an ELMoForManyLangs release (folder or .zip)")
     convert.add_argument("--options-file", help="original options.json (path or http(s) URL)")
@@ -440,7 +597,15 @@ def build_parser() -> argparse.ArgumentParser:
     convert.add_argument("--private", action="store_true", help="create the Hub repository as private")
     convert.set_defaults(func=convert_command)
 
-    info = commands.add_parser("info", help="print a model's sizes, layers, parameter count and dtype")
+    export = commands.add_parser("export", prog=progs.get("export"),
+                                 help="export a model folder to the original layout (options.json + weights.hdf5)")
+    export.add_argument("--model-dir", required=True, help="an hf_elmo model folder")
+    export.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
+    export.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+    export.set_defaults(func=export_command)
+
+    info = commands.add_parser("info", prog=progs.get("info"),
+                               help="print a model's sizes, layers, parameter count and dtype")
     info.add_argument("model", help="model folder or Hub id")
     info.set_defaults(func=info_command)
 
@@ -451,28 +616,32 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def pretrain_command(argv: list[str]) -> int:
-    from .pretraining import main as pretrain
+    try:
+        from .pretraining import main as pretrain
+    except ImportError as error:  # its module imports the Trainer
+        raise CliError('pre-training needs the training extra: pip install "hf_elmo[training]"', code=2) from error
 
     try:
         metrics = pretrain(argv)
-    except ValueError as error:
-        raise CliError(str(error), code=2) from error
+    except (ValueError, ImportError) as error:
+        raise CliError(_first_line(error), code=2) from error
     print(json.dumps(metrics, indent=2))
     return 0
 
 
-def main(argv=None) -> int:
+def main(argv=None, prog: str = "hf-elmo") -> int:
+    """Runs `hf-elmo ARGV`; a standalone script running one subcommand passes its own name as `prog`."""
     argv = sys.argv[1:] if argv is None else list(argv)
     try:
         if argv[:1] == ["pretrain"]:
             return pretrain_command(argv[1:])
-        args = build_parser().parse_args(argv)
+        args = build_parser({argv[0]: prog} if argv and prog != "hf-elmo" else None).parse_args(argv)
         return args.func(args)
     except CliError as error:
-        print(f"hf-elmo: error: {error}", file=sys.stderr)
+        print(f"{prog}: error: {error}", file=sys.stderr)
         return error.code
     except KeyboardInterrupt:
-        print("hf-elmo: interrupted", file=sys.stderr)
+        print(f"{prog}: interrupted", file=sys.stderr)
         return 130
 
 

@@ -134,6 +134,17 @@ def count_round_trip_mismatches(model: ElmoModel, arrays: dict[str, np.ndarray])
     return sum(name not in back or back[name].tobytes() != array.tobytes() for name, array in arrays.items())
 
 
+def apply_umask(folder: Path):
+    """
+    Gives `folder` and everything in it the permissions `mkdir` and `open` would: `mkdtemp` makes folders 700 and
+    transformers writes `model.safetensors` as 600, which would keep other users of a shared machine out.
+    """
+    umask = os.umask(0)
+    os.umask(umask)
+    for path in [folder, *folder.rglob("*")]:
+        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+
+
 @contextlib.contextmanager
 def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
     """
@@ -144,11 +155,13 @@ def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
     if output_dir.exists() and not output_dir.is_dir():
         raise ElmoConversionError(f"{output_dir} exists and is not a folder")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ElmoConversionError(f"{output_dir} exists and is not empty (pass overwrite to replace it)")
+        raise ElmoConversionError(f"{output_dir} exists and is not empty (pass --overwrite, or overwrite=True, to "
+                                  f"replace it)")
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     try:
         yield staging
+        apply_umask(staging)
         if output_dir.exists():
             shutil.rmtree(output_dir)
         staging.rename(output_dir)

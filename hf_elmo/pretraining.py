@@ -6,24 +6,35 @@ the output folder loads as `ElmoTokenizer`, `ElmoModel` (the biLM alone) or `Elm
 
     python -m hf_elmo.pretraining --train-file train.txt --validation-file valid.txt --output-dir out --preset small
     torchrun --nproc_per_node 2 -m hf_elmo.pretraining ...   # several processes, unchanged
+
+The command line is parsed by `HfArgumentParser` over the dataclasses below and `TrainingArguments`, so every
+`TrainingArguments` option works (`--warmup_steps`, `--gradient_accumulation_steps`, `--lr_scheduler_type`...), each
+also spelled with dashes; `--help` lists them with their defaults.
 """
 
-import argparse
 import gzip
 import math
+import os
+import shlex
+import shutil
+import sys
 import tempfile
 from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 import torch
 from tokenizers import Tokenizer, models, trainers
-from transformers import Trainer, TrainingArguments
+from transformers import HfArgumentParser, Trainer, TrainingArguments
 
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .modeling_elmo import ElmoForPreTraining
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, PRE_TOKENIZERS, UNK_TOKEN, ElmoTokenizer
+
+# `build_word_vocab` puts <S>, </S> and <UNK> first.
+UNK_ID = 2
 
 # Model shapes by preset; `original` is the released 2x4096_512_2048cnn_2xhighway model (the ElmoConfig defaults).
 PRESETS = {
@@ -122,155 +133,272 @@ class ElmoPreTrainingCollator:
 
 def direction_nll_sums(outputs, labels: torch.Tensor) -> torch.Tensor:
     """
-    Per evaluation batch, `(batch, 3)`: row 0 holds `[forward NLL sum, backward NLL sum, targets]` (from the batch's
-    mean losses), the other rows zeros, so that the perplexity over the whole evaluation set weighs every word alike
-    and survives the Trainer's trimming of a last, partial batch to its real rows. (Each direction has one target
-    fewer per row than valid positions.)
+    Per evaluation batch, `(batch, 5)`: row 0 holds `[forward NLL sum, backward NLL sum, targets, words, <UNK>
+    words]` (the NLL sums from the batch's mean losses), the other rows zeros, so that the perplexity over the whole
+    evaluation set weighs every word alike and survives the Trainer's trimming of a last, partial batch to its real
+    rows. (Each direction has one target fewer per row than valid positions; words leave out `<S>` and `</S>`.)
     """
     forward_loss, backward_loss = outputs[0], outputs[1]
-    targets = ((labels != -100).sum(dim=1) - 1).clamp(min=0).sum().to(forward_loss.dtype)
-    sums = forward_loss.new_zeros(labels.shape[0], 3)
-    sums[0] = torch.stack([forward_loss * targets, backward_loss * targets, targets])
+    valid = (labels != -100).sum(dim=1)
+    targets = (valid - 1).clamp(min=0).sum().to(forward_loss.dtype)
+    words = (valid - 2).clamp(min=0).sum().to(forward_loss.dtype)
+    unknown = (labels == UNK_ID).sum().to(forward_loss.dtype)
+    sums = forward_loss.new_zeros(labels.shape[0], 5)
+    sums[0] = torch.stack([forward_loss * targets, backward_loss * targets, targets, words, unknown])
     return sums
 
 
 def perplexity_metrics(eval_prediction) -> dict[str, float]:
-    """Exact perplexities of both directions and of their mean NLL over the evaluation set."""
-    sums = np.asarray(eval_prediction.predictions, dtype=np.float64).reshape(-1, 3).sum(axis=0)
+    """Exact perplexities of both directions and of their mean NLL over the evaluation set, and its `<UNK>` rate."""
+    sums = np.asarray(eval_prediction.predictions, dtype=np.float64).reshape(-1, 5).sum(axis=0)
     forward_nll, backward_nll = sums[0] / sums[2], sums[1] / sums[2]
     return {
         "forward_perplexity": math.exp(forward_nll),
         "backward_perplexity": math.exp(backward_nll),
         "perplexity": math.exp((forward_nll + backward_nll) / 2),
+        "unk_rate": sums[4] / max(sums[3], 1.0),
     }
+
+
+def unk_rate(tokenizer: ElmoTokenizer, paths: Iterable[str | Path], chunk: int = 10_000) -> float:
+    """The share of the words of text files that the tokenizer's word vocabulary maps to `<UNK>`."""
+    words = unknown = 0
+    lines = read_lines(paths)
+    while batch := [line for _, line in zip(range(chunk), lines)]:
+        for encoding in tokenizer.word_tokenizer.encode_batch(batch, add_special_tokens=False):
+            words += len(encoding.ids)
+            unknown += encoding.ids.count(UNK_ID)
+    return unknown / max(words, 1)
 
 
 # -- command line ----------------------------------------------------------------------------------------------------
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="hf-elmo pretrain", description="Pre-train an ELMo biLM from scratch on one-sentence-per-line text."
-    )
-    data = parser.add_argument_group("data")
-    data.add_argument("--train-file", nargs="+", required=True, help="training text files (plain or .gz)")
-    data.add_argument("--validation-file", nargs="+", required=True, help="validation text files")
-    data.add_argument("--output-dir", required=True, help="checkpoints and the final model folder")
-    data.add_argument("--streaming", action="store_true",
-                      help="read the training files lazily (needs --max-steps; the vocabulary pass still reads all)")
-    data.add_argument("--max-length", type=int, default=64, help="positions per sentence, <S> and </S> included")
-    data.add_argument("--pre-tokenizer", choices=sorted(PRE_TOKENIZERS), default="whitespace_split")
-    vocab = parser.add_argument_group("word vocabulary")
-    vocab.add_argument("--min-count", type=int, default=3, help="words seen fewer times become <UNK>")
-    vocab.add_argument("--max-vocab-size", type=int, default=None, help="most words kept, specials included")
-    vocab.add_argument("--char-vocab", choices=["bytes", "learned"], default="bytes",
-                       help="rows of UTF-8 bytes (bilm-tf), or of the training files' characters, so that a row "
-                            "holds max-characters-per-token - 2 characters (a Hangul syllable is 3 bytes)")
-    size = parser.add_argument_group("model size (each overrides the preset)")
-    size.add_argument("--preset", choices=sorted(PRESETS), default="small")
-    size.add_argument("--projection-dim", type=int)
-    size.add_argument("--cell-dim", type=int)
-    size.add_argument("--n-layers", type=int)
-    size.add_argument("--n-highway", type=int)
-    size.add_argument("--max-characters-per-token", type=int, default=50)
-    size.add_argument("--n-negative-samples", type=int, default=8192,
-                      help="sampled-softmax candidates per batch (bilm-tf: 8192)")
-    train = parser.add_argument_group("training")
-    train.add_argument("--batch-size", type=int, default=64, help="sentences per process and step")
-    train.add_argument("--learning-rate", type=float, default=1e-3)
-    train.add_argument("--max-steps", type=int, default=-1, help="overrides --epochs when positive")
-    train.add_argument("--epochs", type=float, default=1.0)
-    train.add_argument("--eval-steps", type=int, default=500)
-    train.add_argument("--save-steps", type=int, default=500)
-    train.add_argument("--logging-steps", type=int, default=50)
-    train.add_argument("--max-grad-norm", type=float, default=10.0, help="bilm-tf clips the global norm at 10")
-    train.add_argument("--seed", type=int, default=42)
-    train.add_argument("--bf16", action="store_true", help="bf16 mixed precision (GPU)")
-    train.add_argument("--resume", action="store_true", help="continue from the last checkpoint in --output-dir")
-    train.add_argument("--dataloader-workers", type=int, default=0)
-    return parser
+@dataclass
+class DataArguments:
+    """The text and its word vocabulary."""
+
+    train_file: list[str] = field(metadata={"help": "training text files (plain or .gz)"})
+    validation_file: list[str] = field(metadata={"help": "validation text files"})
+    streaming: bool = field(default=False, metadata={
+        "help": "read the training files lazily (needs --max-steps; the vocabulary pass still reads all)"})
+    max_length: int = field(default=64, metadata={"help": "positions per sentence, <S> and </S> included"})
+    pre_tokenizer: str = field(default="whitespace_split", metadata={"choices": sorted(PRE_TOKENIZERS),
+                                                                      "help": "how lines are split into words"})
+    min_count: int = field(default=3, metadata={"help": "words seen fewer times become <UNK>"})
+    max_vocab_size: int | None = field(default=None, metadata={"help": "most words kept, specials included"})
+    char_vocab: str = field(default="bytes", metadata={
+        "choices": ["bytes", "learned"],
+        "help": "rows of UTF-8 bytes (bilm-tf), or of the training files' characters, so that a row holds "
+                "max-characters-per-token - 2 characters (a Hangul syllable is 3 bytes)"})
 
 
-def model_config(args, tokenizer: ElmoTokenizer) -> ElmoConfig:
+@dataclass
+class ModelArguments:
+    """The model's shapes: a preset, each overridable."""
+
+    preset: str = field(default="small", metadata={"choices": sorted(PRESETS), "help": "model shapes"})
+    projection_dim: int | None = field(default=None, metadata={"help": "overrides the preset"})
+    cell_dim: int | None = field(default=None, metadata={"help": "overrides the preset"})
+    n_layers: int | None = field(default=None, metadata={"help": "overrides the preset"})
+    n_highway: int | None = field(default=None, metadata={"help": "overrides the preset"})
+    max_characters_per_token: int = field(default=50, metadata={"help": "characters per word, boundaries included"})
+    n_negative_samples: int = field(default=8192, metadata={
+        "help": "sampled-softmax candidates per batch (bilm-tf: 8192), at most the vocabulary size"})
+
+
+@dataclass
+class PretrainingArguments(TrainingArguments):
+    """`TrainingArguments` with this command's defaults, the short flags it always had, and what becomes of the
+    checkpoints."""
+
+    output_dir: str = field(metadata={"help": "the checkpoints while training, then the model folder"})
+    per_device_train_batch_size: int = field(default=64, metadata={
+        "aliases": ["--batch-size"], "help": "sentences per process and step"})
+    per_device_eval_batch_size: int = field(default=64, metadata={"help": "sentences per process and step"})
+    learning_rate: float = field(default=1e-3, metadata={"help": "Adam's initial learning rate"})
+    num_train_epochs: float = field(default=1.0, metadata={"aliases": ["--epochs"],
+                                                           "help": "passes over the training files"})
+    max_grad_norm: float = field(default=10.0, metadata={"help": "bilm-tf clips the global norm at 10"})
+    eval_strategy: str = field(default="steps", metadata={"choices": ["no", "steps", "epoch"],
+                                                           "help": "when to evaluate"})
+    eval_steps: float | None = field(default=500, metadata={"help": "steps between evaluations"})
+    save_steps: float = field(default=500, metadata={"help": "steps between checkpoints"})
+    save_total_limit: int | None = field(default=1, metadata={
+        "help": "checkpoints kept while training (the last ones; --resume needs one)"})
+    logging_steps: float = field(default=50, metadata={"help": "steps between logged losses"})
+    dataloader_num_workers: int = field(default=0, metadata={"aliases": ["--dataloader-workers"],
+                                                             "help": "processes loading batches"})
+    remove_unused_columns: bool = field(default=False, metadata={"help": "keep False: the collator reads the text"})
+    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output-dir"})
+    keep_checkpoints: bool = field(default=False, metadata={
+        "help": "keep the checkpoints in --output-dir when training ends (by default only the model is kept)"})
+
+
+def build_parser() -> HfArgumentParser:
+    return HfArgumentParser((DataArguments, ModelArguments, PretrainingArguments), prog="hf-elmo pretrain",
+                            description="Pre-train an ELMo biLM from scratch on one-sentence-per-line text.")
+
+
+def model_config(model_args: ModelArguments, tokenizer: ElmoTokenizer) -> ElmoConfig:
     """The `ElmoConfig` of a preset with the command line's overrides, for the tokenizer's words and characters."""
     word_vocab_size = tokenizer.word_vocab_size
-    options = dict(PRESETS[args.preset])
+    options = dict(PRESETS[model_args.preset])
     for name in ("projection_dim", "cell_dim", "n_layers", "n_highway"):
-        if getattr(args, name) is not None:
-            options[name] = getattr(args, name)
-    return ElmoConfig(max_characters_per_token=args.max_characters_per_token, word_vocab_size=word_vocab_size,
-                      n_negative_samples=min(args.n_negative_samples, word_vocab_size),
+        if getattr(model_args, name) is not None:
+            options[name] = getattr(model_args, name)
+    return ElmoConfig(max_characters_per_token=model_args.max_characters_per_token, word_vocab_size=word_vocab_size,
+                      n_negative_samples=min(model_args.n_negative_samples, word_vocab_size),
                       **tokenizer.alphabet.config_fields(), **options)
 
 
-def save_tokenizer(args, output_dir: Path) -> None:
+def save_tokenizer(data_args: DataArguments, model_args: ModelArguments, output_dir: Path) -> None:
     """Builds the word vocabulary of the training files and saves the tokenizer holding it in `output_dir`."""
-    word_vocab = build_word_vocab(read_lines(args.train_file), args.min_count, args.max_vocab_size,
-                                  args.pre_tokenizer)
+    word_vocab = build_word_vocab(read_lines(data_args.train_file), data_args.min_count, data_args.max_vocab_size,
+                                  data_args.pre_tokenizer)
     with tempfile.TemporaryDirectory() as folder:
         vocab_file = str(Path(folder) / "word_vocab.json")
         word_vocab.save(vocab_file)
         char_vocab_file = None
-        if args.char_vocab == "learned":
+        if data_args.char_vocab == "learned":
             char_vocab_file = str(Path(folder) / CHAR_VOCAB_FILE)
-            splitter = PRE_TOKENIZERS[args.pre_tokenizer]()
-            sentences = ([word for word, _ in splitter.pre_tokenize_str(line)] for line in read_lines(args.train_file))
+            splitter = PRE_TOKENIZERS[data_args.pre_tokenizer]()
+            sentences = ([word for word, _ in splitter.pre_tokenize_str(line)]
+                         for line in read_lines(data_args.train_file))
             learn_character_vocabulary(sentences).save(char_vocab_file)
-        tokenizer = ElmoTokenizer(max_characters_per_token=args.max_characters_per_token,
-                                  pre_tokenizer=args.pre_tokenizer, vocab_file=vocab_file,
+        tokenizer = ElmoTokenizer(max_characters_per_token=model_args.max_characters_per_token,
+                                  pre_tokenizer=data_args.pre_tokenizer, vocab_file=vocab_file,
                                   char_vocab_file=char_vocab_file)
     tokenizer.save_pretrained(output_dir)
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Trains, saves the model and tokenizer in `--output-dir`, and returns the final validation metrics."""
-    args = build_parser().parse_args(argv)
-    if args.streaming and args.max_steps <= 0:
+    """Trains, saves the model, tokenizer and a model card in `--output-dir`, and returns the final validation
+    metrics (with the `<UNK>` rates of the training and validation words)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    data_args, model_args, training_args = build_parser().parse_args_into_dataclasses(argv, look_for_args_file=False)
+    if data_args.streaming and training_args.max_steps <= 0:
         raise ValueError("--streaming needs --max-steps: a stream has no known length")
-    output_dir = Path(args.output_dir)
-    training_args = TrainingArguments(
-        output_dir=str(output_dir),
-        per_device_train_batch_size=args.batch_size,
-        per_device_eval_batch_size=args.batch_size,
-        learning_rate=args.learning_rate,
-        max_steps=args.max_steps,
-        num_train_epochs=args.epochs,
-        max_grad_norm=args.max_grad_norm,
-        eval_strategy="steps",
-        eval_steps=args.eval_steps,
-        save_strategy="steps",
-        save_steps=args.save_steps,
-        logging_steps=args.logging_steps,
-        bf16=args.bf16,
-        seed=args.seed,
-        dataloader_num_workers=args.dataloader_workers,
-        remove_unused_columns=False,
-        report_to="none",
-    )
+    launched = int(os.environ.get("WORLD_SIZE", "1"))
+    if launched > training_args.world_size:  # each process would train alone, all writing the same folder
+        raise ValueError(f"{launched} processes were launched but they do not train together; on CPU pass --use_cpu")
+    output_dir = Path(training_args.output_dir)
     # The first process builds the vocabulary (kept when resuming) and saves the tokenizer in the output folder; the
     # others read it there. The Trainer is not given the tokenizer: it would align special-token ids with the model
     # config, which a character tokenizer does not have.
     with training_args.main_process_first(desc="word vocabulary"):
-        if training_args.process_index == 0 and not (args.resume and (output_dir / "word_vocab.json").is_file()):
-            save_tokenizer(args, output_dir)
+        keep_vocab = training_args.resume and (output_dir / "word_vocab.json").is_file()
+        if training_args.process_index == 0 and not keep_vocab:
+            save_tokenizer(data_args, model_args, output_dir)
         tokenizer = ElmoTokenizer.from_pretrained(output_dir)
-    config = model_config(args, tokenizer)
+    config = model_config(model_args, tokenizer)
     model = ElmoForPreTraining(config)
-    train_dataset = StreamingLineDataset(args.train_file) if args.streaming else LineDataset(args.train_file)
+    rates = {"train_unk_rate": unk_rate(tokenizer, data_args.train_file),
+             "eval_unk_rate": unk_rate(tokenizer, data_args.validation_file)}
+    if training_args.process_index == 0:
+        print(describe_run(model, model_args, rates), file=sys.stderr)
+
+    train_dataset = StreamingLineDataset(data_args.train_file) if data_args.streaming else \
+        LineDataset(data_args.train_file)
     trainer = Trainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        eval_dataset=LineDataset(args.validation_file),
-        data_collator=ElmoPreTrainingCollator(tokenizer, args.max_length),
+        eval_dataset=LineDataset(data_args.validation_file),
+        data_collator=ElmoPreTrainingCollator(tokenizer, data_args.max_length),
         compute_metrics=perplexity_metrics,
         preprocess_logits_for_metrics=direction_nll_sums,
     )
-    trainer.train(resume_from_checkpoint=args.resume and _has_checkpoint(output_dir))
+    resume = training_args.resume_from_checkpoint or (training_args.resume and _has_checkpoint(output_dir))
+    trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(output_dir))
     metrics = trainer.evaluate()
+    metrics["train_unk_rate"] = rates["train_unk_rate"]
     trainer.log_metrics("eval", metrics)
+    if trainer.is_world_process_zero():
+        write_model_card(output_dir, argv, data_args, model, trainer.state.global_step, metrics)
+        if not training_args.keep_checkpoints:
+            for checkpoint in output_dir.glob("checkpoint-*"):
+                shutil.rmtree(checkpoint)
+        from .conversion import apply_umask
+
+        apply_umask(output_dir)
     return metrics
+
+
+def describe_run(model: ElmoForPreTraining, model_args: ModelArguments, rates: dict[str, float]) -> str:
+    """What the run is about to train, printed before it starts: vocabulary coverage, size and negatives."""
+    config = model.config
+    vocab, asked = config.word_vocab_size, model_args.n_negative_samples
+    negatives = f"{config.n_negative_samples:,}" + (
+        f" (asked {asked:,}: capped at the vocabulary size)" if asked > config.n_negative_samples else "")
+    softmax = sum(p.numel() for p in model.softmax.parameters())
+    return "\n".join([
+        f"word vocabulary: {vocab:,} words, <S> </S> <UNK> included; <UNK> rate {rates['train_unk_rate']:.1%} of "
+        f"the training words, {rates['eval_unk_rate']:.1%} of the validation words",
+        f"parameters: {model.num_parameters():,} ({model.num_parameters() - softmax:,} biLM, {softmax:,} softmax)",
+        f"negative samples per batch: {negatives}",
+    ])
+
+
+MODEL_CARD = """---
+library_name: hf_elmo
+license: apache-2.0
+pipeline_tag: feature-extraction
+tags:
+- elmo
+- bilm
+- contextual-embeddings
+---
+
+# ELMo pre-trained from scratch ({n_layers} x {cell_dim} LSTM, {projection_dim}-d projections)
+
+A biLM pre-trained with [hf_elmo](https://github.com/hf-elmo/hf_elmo)'s `hf-elmo pretrain`: {n_parameters}
+parameters, a {word_vocab_size}-word softmax shared by both directions (trained with {n_negative_samples} sampled
+negatives per batch).
+
+## Training
+
+- Training text: {train_files}; validation text: {validation_files}.
+- Steps: {steps}.
+- Command: `{command}`
+
+## Validation
+
+| forward perplexity | backward perplexity | perplexity | `<UNK>`, validation words | `<UNK>`, training words |
+| ---: | ---: | ---: | ---: | ---: |
+| {forward} | {backward} | {perplexity} | {eval_unk} | {train_unk} |
+
+Perplexities are exact (full softmax) and count `<UNK>` as a word: a high `<UNK>` rate makes them look better than
+the model is.
+
+## Usage
+
+```python
+import hf_elmo  # registers ELMo with the Auto classes; without it, pass trust_remote_code=True
+from transformers import AutoModel, AutoTokenizer
+
+tokenizer = AutoTokenizer.from_pretrained("REPO_OR_FOLDER")
+model = AutoModel.from_pretrained("REPO_OR_FOLDER")  # the biLM; the word softmax is left out
+```
+"""
+
+
+def write_model_card(output_dir: Path, argv: list[str], data_args: DataArguments, model: ElmoForPreTraining,
+                     steps: int, metrics: dict[str, float]):
+    """`output_dir/README.md`: the data, the command, the steps, the perplexities and the `<UNK>` rates."""
+    config = model.config
+    text = MODEL_CARD.format(
+        n_layers=config.n_layers, cell_dim=config.cell_dim, projection_dim=config.projection_dim,
+        n_parameters=f"{model.num_parameters():,}", word_vocab_size=f"{config.word_vocab_size:,}",
+        train_files=", ".join(f"`{Path(name).name}`" for name in data_args.train_file),
+        validation_files=", ".join(f"`{Path(name).name}`" for name in data_args.validation_file),
+        command=shlex.join(["hf-elmo", "pretrain", *argv]), steps=f"{steps:,}",
+        forward=f"{metrics['eval_forward_perplexity']:.2f}", backward=f"{metrics['eval_backward_perplexity']:.2f}",
+        perplexity=f"{metrics['eval_perplexity']:.2f}", train_unk=f"{metrics['train_unk_rate']:.1%}",
+        eval_unk=f"{metrics['eval_unk_rate']:.1%}", n_negative_samples=f"{config.n_negative_samples:,}",
+    )
+    (output_dir / "README.md").write_text(text, encoding="utf-8")
 
 
 def _has_checkpoint(output_dir: Path) -> bool:

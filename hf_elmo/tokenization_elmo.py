@@ -135,6 +135,15 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             ["word_input_ids"] if self.word_input_vocab is not None else []
         )
 
+    @classmethod
+    def _from_pretrained(cls, resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs):
+        # No file is required (a byte alphabet needs none), so transformers would build a default tokenizer from a
+        # path that does not exist: a typo would go unnoticed.
+        if not os.path.isdir(pretrained_model_name_or_path) and not any(resolved_vocab_files.values()):
+            raise OSError(f"{pretrained_model_name_or_path} is not a folder, and no ElmoTokenizer files were found "
+                          "for it on the Hub or in the Hub cache")
+        return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
+
     # -- the vocabulary: characters ---------------------------------------------------------------------------------
 
     def _character_symbols(self) -> dict[str, int]:

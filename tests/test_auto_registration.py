@@ -56,6 +56,9 @@ REMOTE_LOAD_SCRIPT = textwrap.dedent(
                            "input_ids": batch["input_ids"], "output": output[0],
                            "recurrence_implementation": reference.config.recurrence_implementation,
                            "reference_output": reference_output[0]}
+    # A pipeline on a saved folder, from the folder's code alone.
+    extractor = transformers.pipeline("feature-extraction", model=jobs[0][0], trust_remote_code=True)
+    results["pipeline"] = torch.tensor(extractor(" ".join(sentences[0])))
     assert not any(name.startswith("hf_elmo") for name in sys.modules), "hf_elmo was imported"
     torch.save(results, out)
     """
@@ -95,7 +98,9 @@ def remote(tmp_path_factory):
     )
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = torch.load(root / "out.pt")
-    return {name: (root / name, models[name], outputs[str(root / name)]) for name in models}
+    remote = {name: (root / name, models[name], outputs[str(root / name)]) for name in models}
+    remote["pipeline"] = outputs["pipeline"]
+    return remote
 
 
 def test_import_registers_the_auto_classes(tmp_path, tiny_model, tiny_tokenizer):
@@ -138,3 +143,13 @@ def test_remote_code_without_hf_elmo_gives_identical_outputs(remote, tiny_tokeni
     # The path choice reaches remote code: the reference code, chosen at from_pretrained, agrees with the kernels.
     assert loaded["recurrence_implementation"] == "reference"
     assert (loaded["reference_output"] - loaded["output"]).abs().max().item() <= FLOAT32_TOLERANCE
+
+
+def test_feature_extraction_pipeline_without_hf_elmo(remote, tiny_tokenizer):
+    """`pipeline("feature-extraction", model=folder, trust_remote_code=True)` works without importing hf_elmo; its
+    output keeps the `<S>` and `</S>` positions (words + 2), unlike `hf-elmo embed`."""
+    _, model, _ = remote["base"]
+    with torch.no_grad():
+        expected = model(**tiny_tokenizer([SENTENCES[0]], is_split_into_words=True, return_tensors="pt"))[0]
+    assert remote["pipeline"].shape == (1, len(SENTENCES[0]) + 2, model.config.hidden_size)
+    assert torch.equal(remote["pipeline"], expected)

@@ -1,12 +1,15 @@
 """The `hf-elmo` command, run as a real subprocess on a small converted checkpoint, outputs read back and compared
 with `ElmoModel`."""
 
+import gzip
 import json
 import os
 import resource
+import shutil
 import signal
 import subprocess
 import sys
+import textwrap
 import time
 import tomllib
 from pathlib import Path
@@ -19,7 +22,7 @@ import torch
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 
-from conftest import tiny_config, write_original_checkpoint
+from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat on mat quickly under over house river été".split()
@@ -88,7 +91,7 @@ def test_embed_all_matches_model_in_allennlp_layout(model_dir, model, tmp_path):
             assert array.dtype == np.float32
             expected = reference_layers(model, line.split())
             assert array.shape == (3, len(line.split()), 16)
-            np.testing.assert_allclose(array[()], expected, atol=1e-5)
+            np.testing.assert_allclose(array[()], expected, atol=FLOAT32_TOLERANCE)
     assert mapping == {"the cat sat": "4", "": "1", "a dog": "2", ("été " * 30).strip(): "3"}
 
 
@@ -110,12 +113,12 @@ def test_layer_choices_pooling_and_npy(model_dir, model, tmp_path):
         assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), *flags]) == 0
         written = read_hdf5(output)
         for index, layers in enumerate(references):
-            np.testing.assert_allclose(written[str(index)], select(layers), atol=1e-5, err_msg=name)
+            np.testing.assert_allclose(written[str(index)], select(layers), atol=FLOAT32_TOLERANCE, err_msg=name)
 
     folder = tmp_path / "npy"
     assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(folder), "--top", "--format", "npy"]) == 0
     for index, layers in enumerate(references):
-        np.testing.assert_allclose(np.load(folder / f"{index}.npy"), layers[-1], atol=1e-5)
+        np.testing.assert_allclose(np.load(folder / f"{index}.npy"), layers[-1], atol=FLOAT32_TOLERANCE)
     assert json.loads((folder / "sentence_to_index.json").read_text()) == {line: str(i) for i, line in
                                                                           enumerate(lines)}
 
@@ -126,7 +129,8 @@ def test_pretokenize_splits_with_the_pre_tokenizer(model_dir, model, tmp_path):
                  "--pretokenize"]) == 0
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
     words = tokenizer.split_words("the cat, sat.")
-    np.testing.assert_allclose(read_hdf5(tmp_path / "o.h5")["0"], reference_layers(model, words)[-1], atol=1e-5)
+    np.testing.assert_allclose(read_hdf5(tmp_path / "o.h5")["0"], reference_layers(model, words)[-1],
+                               atol=FLOAT32_TOLERANCE)
 
 
 def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
@@ -153,7 +157,7 @@ def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
     assert sorted(got) == sorted(want) and len(got) == len(lines) + 1
     assert got.pop("sentence_to_index")[0] == want.pop("sentence_to_index")[0]
     for name in want:
-        np.testing.assert_allclose(got[name], want[name], atol=1e-6, err_msg=name)
+        np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE, err_msg=name)
 
 
 def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
@@ -162,12 +166,8 @@ def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "out.h5"
 
-    def limit_file_size():
-        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past the limit fail with EFBIG instead
-        resource.setrlimit(resource.RLIMIT_FSIZE, (60_000, 60_000))
-
     failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "32",
-                     preexec_fn=limit_file_size)
+                     preexec_fn=limit_file_size(60_000))
     assert failed.returncode != 0
     assert "Traceback" not in failed.stderr
     assert "hf-elmo: error: cannot write" in failed.stderr and "--resume" in failed.stderr
@@ -180,7 +180,92 @@ def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
     assert sorted(got) == sorted(want)
     for name in want:
         if name != "sentence_to_index":
-            np.testing.assert_allclose(got[name], want[name], atol=1e-6)
+            np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE)
+
+
+def limit_file_size(limit: int):
+    """For `preexec_fn`: writes past `limit` bytes fail with EFBIG, as on a full disk."""
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in sorted(folder.iterdir())}
+
+
+def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_path, capsys):
+    lines = corpus(200, seed=4)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "32",
+                     preexec_fn=limit_file_size(60_000))
+    assert failed.returncode == 1 and any(part.suffix == ".npz" for part in parts.iterdir()), failed.stderr
+    before = snapshot(parts)
+
+    other_input = tmp_path / "other.txt"
+    other_input.write_text("\n".join(corpus(200, seed=5)) + "\n", encoding="utf-8")
+    other_model = tmp_path / "other-model"
+    torch.manual_seed(7)
+    ElmoModel(tiny_config()).save_pretrained(other_model)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(other_model)
+    attempts = {
+        "input file": [model_dir, other_input, output, "--all"],
+        "model, model weights": [other_model, tmp_path / "in.txt", output, "--all"],
+        "layers": [model_dir, tmp_path / "in.txt", output, "--top"],
+        "pooled": [model_dir, tmp_path / "in.txt", output, "--all", "--pooled"],
+    }
+    for differs, arguments in attempts.items():
+        capsys.readouterr()
+        assert main(["embed", *map(str, arguments), "--resume"]) == 1
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"hf-elmo: error: cannot resume {parts}: it holds a run with another {differs} ("), \
+            error
+        assert "\n" not in error and not output.exists()
+        assert snapshot(parts) == before  # left as it was
+
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--resume"]) == 0
+    assert len(read_hdf5(output)) == len(lines) + 1
+
+
+def test_stopped_run_names_its_parts_folder(model_dir, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(corpus(300, seed=6)) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    process = subprocess.Popen([sys.executable, "-m", "hf_elmo.cli", "embed", str(model_dir), str(tmp_path / "in.txt"),
+                                str(output), "--all", "--batch-size", "1"], env=env, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 60
+    while len(list(parts.glob("*.npz"))) < 5 and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=60)[1]
+    assert process.returncode == 128 + signal.SIGINT
+    error = [line for line in stderr.splitlines() if "hf-elmo: error" in line]
+    assert len(error) == 1 and f"the finished lines are in {parts}/, rerun with --resume" in error[0], stderr
+    assert not output.exists() and len(list(parts.glob("*.npz"))) >= 5
+
+
+def test_npy_output_is_complete_or_absent(model_dir, model, tmp_path):
+    lines = corpus(40, seed=8)
+    lines[30] = " ".join(["dog"] * 400)  # its .npy (3 x 400 x 16 float32) is past the file-size limit below
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "npy", tmp_path / "npy.parts"
+    failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--format", "npy",
+                     preexec_fn=limit_file_size(50_000))
+    assert failed.returncode == 1 and "hf-elmo: error: cannot write" in failed.stderr, failed.stderr
+    assert not output.exists()
+    assert not any("partial" in path.name for path in parts.iterdir()) and (parts / "0.npy").is_file()
+
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--format", "npy",
+                 "--resume"]) == 0
+    assert not parts.exists()
+    assert sorted(path.name for path in output.iterdir()) == sorted(
+        [f"{i}.npy" for i in range(len(lines))] + ["sentence_to_index.json"])
+    np.testing.assert_allclose(np.load(output / "30.npy"), reference_layers(model, lines[30].split()),
+                               atol=FLOAT32_TOLERANCE)
 
 
 def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
@@ -201,17 +286,91 @@ def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
     assert "no such model folder" in error_of(tmp_path / "nope", good, tmp_path / "o3.h5", "--top")
     assert "needs 3 weights" in error_of(model_dir, good, tmp_path / "o4.h5", "--mix", "1,2")
     assert "line 2: not valid UTF-8" in error_of(model_dir, bad, tmp_path / "o5.h5", "--top")
+    assert not (tmp_path / "o5.h5.parts").exists()  # a run that wrote nothing leaves nothing
+    assert "gzip" in error_of(model_dir, gzipped_without_suffix(tmp_path), tmp_path / "o7.h5", "--top")
 
     assert main(["embed", str(model_dir), str(good), str(tmp_path / "o6.h5"), "--top"]) == 0
     assert "exists" in error_of(model_dir, good, tmp_path / "o6.h5", "--top")
-    assert "other settings" in error_of(model_dir, bad, tmp_path / "o5.h5", "--all", "--resume", "--errors", "skip")
 
-    assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip.h5"), "--top", "--errors", "skip"]) == 0
-    assert sorted(read_hdf5(tmp_path / "skip.h5")) == ["0", "2", "sentence_to_index"]
+    capsys.readouterr()
+    assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip.h5"), "--all", "--errors", "skip"]) == 0
+    assert [line for line in capsys.readouterr().err.splitlines() if line.strip() and "embedding" not in line] == [
+        f"wrote 3 lines to {tmp_path / 'skip.h5'} (1 not valid UTF-8, skipped: written as entries of 0 words; "
+        "--verbose lists their line numbers)"]
+    skipped = read_hdf5(tmp_path / "skip.h5")
+    assert sorted(skipped) == ["0", "1", "2", "sentence_to_index"] and skipped["1"].shape == (3, 0, 16)
+    assert sorted(json.loads(skipped["sentence_to_index"][0]).values()) == ["0", "2"]
+    assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip2.h5"), "--top", "--errors", "skip",
+                 "--verbose"]) == 0
+    assert "skipped lines: 2\n" in capsys.readouterr().err
     assert main(["embed", str(model_dir), str(bad), str(tmp_path / "rep.h5"), "--top", "--errors", "replace"]) == 0
     replaced = read_hdf5(tmp_path / "rep.h5")
     assert replaced["1"].shape == (3, 16)
     assert json.loads(replaced["sentence_to_index"][0])["sat \ufffd on"] == "1"
+
+
+def gzipped_without_suffix(folder: Path) -> Path:
+    path = folder / "compressed.txt"
+    path.write_bytes(gzip.compress(b"the cat\n"))
+    return path
+
+
+def test_gzip_input_is_read(model_dir, tmp_path):
+    lines = corpus(5, seed=2)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "in.txt.gz").write_bytes(gzip.compress((tmp_path / "in.txt").read_bytes()))
+    for name in ("in.txt", "in.txt.gz"):
+        assert main(["embed", str(model_dir), str(tmp_path / name), str(tmp_path / f"{name}.h5"), "--top"]) == 0
+    plain, compressed = read_hdf5(tmp_path / "in.txt.h5"), read_hdf5(tmp_path / "in.txt.gz.h5")
+    assert sorted(plain) == sorted(compressed)
+    for name in plain:
+        np.testing.assert_array_equal(plain[name], compressed[name], err_msg=name)  # the same batches: same bits
+
+
+def test_device_errors_name_the_device(model_dir, tmp_path, capsys):
+    (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
+    expected = {"gpu": "--device gpu: not a torch device", "mps": "--device mps: MPS (Apple GPUs) is not available"}
+    if not torch.cuda.is_available():
+        expected["cuda:1"] = "--device cuda:1: CUDA is not available here"
+    for device, message in expected.items():
+        assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top",
+                     "--device", device]) == 1
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"hf-elmo: error: {message}") and "\n" not in error, error
+
+
+def test_foreign_model_folder_is_named_in_one_line(tmp_path, capsys):
+    from transformers import BertConfig, BertModel
+
+    BertModel(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
+                         vocab_size=10)).save_pretrained(tmp_path / "bert")
+    (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
+    capsys.readouterr()
+    for command in (["info", tmp_path / "bert"], ["embed", tmp_path / "bert", tmp_path / "in.txt", tmp_path / "o.h5",
+                                                 "--top"], ["export", "--model-dir", tmp_path / "bert",
+                                                            "--output-dir", tmp_path / "original"]):
+        assert main(list(map(str, command))) == 1
+        assert capsys.readouterr().err == f"hf-elmo: error: {tmp_path / 'bert'} is not an hf_elmo model folder " \
+                                          f"(model_type 'bert')\n"
+
+
+def test_hub_id_without_network_fails_at_once_unless_cached(model_dir, tmp_path):
+    """The Hub endpoint refuses connections: one line, without the retries of huggingface_hub (half a minute); a
+    model in the Hub cache still loads."""
+    env = {key: value for key, value in os.environ.items() if key not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(PYTHONPATH=str(ROOT), HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf-home"))
+    cached, revision = tmp_path / "hf-home" / "hub" / "models--someone--cached-elmo", "0" * 40
+    shutil.copytree(model_dir, cached / "snapshots" / revision)
+    (cached / "refs").mkdir()
+    (cached / "refs" / "main").write_text(revision)
+    results = {name: subprocess.run([sys.executable, "-m", "hf_elmo.cli", "info", name], capture_output=True,
+                                    text=True, env=env, timeout=120)
+               for name in ("someone/elmo", "someone/cached-elmo")}
+    assert results["someone/elmo"].returncode == 1
+    assert results["someone/elmo"].stderr == ("hf-elmo: error: no such model folder: someone/elmo; as a Hub id it is "
+                                              "not in the Hub cache, and the Hub cannot be reached\n")
+    assert results["someone/cached-elmo"].returncode == 0, results["someone/cached-elmo"].stderr
+    assert results["someone/cached-elmo"].stdout.startswith("model: someone/cached-elmo\n")
 
 
 def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):
@@ -224,15 +383,82 @@ def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):
     assert capsys.readouterr().err.strip().startswith("hf-elmo: error: no such file")
 
 
+def read_hdf5_tree(path: Path) -> dict[str, np.ndarray]:
+    """Every dataset of an HDF5 file by its full name (the original layout nests groups)."""
+    arrays = {}
+
+    def collect(name, item):
+        if isinstance(item, h5py.Dataset):
+            arrays[name] = item[()]
+
+    with h5py.File(path, "r") as handle:
+        handle.visititems(collect)
+    return arrays
+
+
+def test_export_subcommand_gives_back_the_original_bits(model_dir, tmp_path, capsys):
+    assert main(["export", "--model-dir", str(model_dir), "--output-dir", str(tmp_path / "original")]) == 0
+    original, exported = (read_hdf5_tree(folder / "weights.hdf5") for folder in (model_dir.parent / "original",
+                                                                                 tmp_path / "original"))
+    assert sorted(original) == sorted(exported) and original
+    for name in original:
+        assert original[name].tobytes() == exported[name].tobytes(), name
+    assert main(["export", "--model-dir", str(model_dir), "--output-dir", str(tmp_path / "original")]) == 1
+    assert "pass --overwrite" in capsys.readouterr().err
+
+
 def test_pretrain_subcommand_trains_and_saves_a_model(tmp_path, capsys):
     text = "".join(f"the {w} sat on the mat .\n" for w in ["cat", "dog", "bird", "cow"] * 5)
     (tmp_path / "train.txt").write_text(text, encoding="utf-8")
     argv = ["pretrain", "--train-file", str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "train.txt"),
             "--output-dir", str(tmp_path / "model"), "--preset", "tiny", "--max-characters-per-token", "20",
-            "--min-count", "1", "--n-negative-samples", "4", "--batch-size", "4", "--max-steps", "2"]
+            "--min-count", "6", "--n-negative-samples", "100", "--batch-size", "4", "--max-steps", "2",
+            # TrainingArguments options this command does not name
+            "--warmup_steps", "1", "--gradient_accumulation_steps", "2", "--lr_scheduler_type", "cosine",
+            "--save-steps", "1", "--keep-checkpoints"]
     assert main(argv) == 0
-    assert '"eval_perplexity": ' in capsys.readouterr().out  # the final metrics, printed as JSON
-    assert ElmoModel.from_pretrained(tmp_path / "model").config.max_characters_per_token == 20
+    printed = capsys.readouterr()
+    assert '"eval_perplexity": ' in printed.out and '"eval_unk_rate": 0.1428' in printed.out  # the final metrics
+    # cat, dog, bird and cow (5 times each) are under --min-count: 20 of the 140 words are <UNK>
+    assert "word vocabulary: 8 words, <S> </S> <UNK> included; <UNK> rate 14.3% of the training words, 14.3% of " \
+           "the validation words" in printed.err
+    assert "negative samples per batch: 8 (asked 100: capped at the vocabulary size)" in printed.err
+    model = ElmoModel.from_pretrained(tmp_path / "model")
+    assert f"parameters: {model.num_parameters() + 8 * 33:,} ({model.num_parameters():,} biLM, 264 softmax)" \
+        in printed.err
+    assert model.config.max_characters_per_token == 20
+    used = torch.load(tmp_path / "model" / "checkpoint-2" / "training_args.bin", weights_only=False)
+    assert (used.warmup_steps, used.gradient_accumulation_steps, used.lr_scheduler_type) == (1, 2, "cosine")
+    assert (tmp_path / "model" / "model.safetensors").stat().st_mode & 0o777 == 0o666 & ~current_umask()
+
+
+def current_umask() -> int:
+    umask = os.umask(0)
+    os.umask(umask)
+    return umask
+
+
+def test_pretrain_without_the_training_extra_names_it(tmp_path):
+    (tmp_path / "train.txt").write_text("a b\n", encoding="utf-8")
+    block_accelerate = textwrap.dedent("""
+        import importlib.machinery
+        import sys
+
+        class HideAccelerate(importlib.machinery.PathFinder):
+            @classmethod
+            def find_spec(cls, name, path=None, target=None):
+                return None if name.split(".")[0] == "accelerate" else super().find_spec(name, path, target)
+
+        sys.meta_path = [HideAccelerate if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+        from hf_elmo.cli import main
+        sys.exit(main(sys.argv[1:]))
+    """)
+    result = subprocess.run([sys.executable, "-c", block_accelerate, "pretrain", "--train-file",
+                             str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "train.txt"),
+                             "--output-dir", str(tmp_path / "model")], capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert result.returncode == 2
+    assert result.stderr == 'hf-elmo: error: pre-training needs the training extra: pip install "hf_elmo[training]"\n'
 
 
 def test_pretrain_subcommand_reports_bad_arguments(tmp_path, capsys):
@@ -250,9 +476,43 @@ def test_convert_reports_a_failed_upload_and_keeps_the_folder(tmp_path, monkeypa
         raise OSError("Name or service not known")
 
     monkeypatch.setattr(HfApi, "create_repo", unreachable)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # no reachability check: the call fails
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
     code = main(["convert", "--options-file", str(options), "--weight-file", str(weights),
                  "--output-dir", str(tmp_path / "out"), "--push-to-hub", "someone/elmo"])
     assert code == 1
-    assert "was written, but the upload to someone/elmo failed: Name or service not known" in capsys.readouterr().err
+    assert capsys.readouterr().err == (f"hf-elmo: error: {tmp_path / 'out'} was written, but the upload to "
+                                       f"someone/elmo failed: Name or service not known; upload it with: hf upload "
+                                       f"someone/elmo {tmp_path / 'out'}\n")
     assert ElmoModel.from_pretrained(tmp_path / "out").config.n_layers == tiny_config().n_layers
+
+
+def test_convert_push_without_network_is_one_line(tmp_path):
+    options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
+    env = {key: value for key, value in os.environ.items() if key not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
+    env.update(PYTHONPATH=str(ROOT), HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf-home"))
+    result = subprocess.run([sys.executable, "-m", "hf_elmo.cli", "convert", "--options-file", str(options),
+                             "--weight-file", str(weights), "--output-dir", str(tmp_path / "out"), "--push-to-hub",
+                             "someone/elmo", "--private"], capture_output=True, text=True, env=env, timeout=120)
+    assert result.returncode == 1
+    assert result.stderr.splitlines()[-1] == (
+        f"hf-elmo: error: {tmp_path / 'out'} was written, but the upload to someone/elmo failed: the Hub cannot be "
+        f"reached; upload it with: hf upload someone/elmo {tmp_path / 'out'} --private")
+    assert "Traceback" not in result.stderr and (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_convert_output_respects_the_umask_and_names_the_overwrite_flag(tmp_path, capsys):
+    options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
+    previous = os.umask(0o027)
+    try:
+        assert main(["convert", "--options-file", str(options), "--weight-file", str(weights),
+                     "--output-dir", str(tmp_path / "out")]) == 0
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "out").stat().st_mode & 0o777 == 0o750
+    assert (tmp_path / "out" / "model.safetensors").stat().st_mode & 0o777 == 0o640  # transformers writes it 600
+    assert all(path.stat().st_mode & 0o777 == 0o640 for path in (tmp_path / "out").iterdir())
+    capsys.readouterr()
+    assert main(["convert", "--options-file", str(options), "--weight-file", str(weights),
+                 "--output-dir", str(tmp_path / "out")]) == 1
+    assert "pass --overwrite" in capsys.readouterr().err

@@ -150,4 +150,7 @@ def test_script_reports_errors_without_traceback(tmp_path):
     result = run_script("convert_allennlp_elmo.py", "--options-file", tmp_path / "nope.json", "--weight-file",
                         tmp_path / "nope.hdf5", "--output-dir", tmp_path / "out")
     assert result.returncode == 1
-    assert result.stderr.startswith("hf-elmo: error: no such file") and "Traceback" not in result.stderr
+    assert result.stderr.startswith("convert_allennlp_elmo.py: error: no such file")
+    assert "Traceback" not in result.stderr
+    usage = run_script("convert_allennlp_elmo.py", "--help").stdout
+    assert usage.startswith("usage: convert_allennlp_elmo.py [-h]") and "--push-to-hub" in usage, usage

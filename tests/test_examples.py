@@ -89,13 +89,14 @@ def write_conll(path: Path, sentences) -> None:
 
 
 def test_run_classification(base_model, tmp_path):
-    write_sentences(tmp_path / "train.csv", 48, seed=0)
+    train_rows = write_sentences(tmp_path / "train.csv", 48, seed=0)
     write_sentences(tmp_path / "validation.csv", 16, seed=1)
     test_rows = write_sentences(tmp_path / "test.csv", 16, seed=2)
     output_dir = tmp_path / "classifier"
     result = run_example("run_classification.py", [
         "--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv",
         "--validation_file", tmp_path / "validation.csv", "--test_file", tmp_path / "test.csv",
+        "--do_train", "--do_eval", "--do_predict",
         "--output_dir", output_dir, "--max_steps", "4", "--per_device_train_batch_size", "8",
         "--learning_rate", "0.05", "--task_lstm_dim", "4", "--pooling", "mean_max"], tmp_path)
 
@@ -125,10 +126,14 @@ def test_run_classification(base_model, tmp_path):
         output_dir / "README.md").read_text()
 
     # The fine-tuned folder is itself a model to evaluate: same labels, same test figures (json lines, pairs absent).
-    (tmp_path / "test.jsonl").write_text("".join(json.dumps(row) + "\n" for row in test_rows), encoding="utf-8")
+    # Only --do_predict: the training file given beside it is not trained on.
+    for name, rows in (("test", test_rows), ("train", train_rows)):
+        (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
     run_example("run_classification.py", ["--model_name_or_path", output_dir, "--test_file", tmp_path / "test.jsonl",
+                                          "--train_file", tmp_path / "train.jsonl", "--do_predict",
                                           "--output_dir", tmp_path / "evaluation"], tmp_path)
     again = json.loads((tmp_path / "evaluation" / "all_results.json").read_text())
+    assert "train_runtime" not in again and not (tmp_path / "evaluation" / "model.safetensors").exists()
     assert again["test_accuracy"] == pytest.approx(results["test_accuracy"])
     assert again["test_macro_f1"] == pytest.approx(results["test_macro_f1"])
 
@@ -146,8 +151,8 @@ def test_run_token_classification(base_model, tmp_path):
     run_example("run_token_classification.py", [
         "--model_name_or_path", base_model, "--train_file", tmp_path / "train.conll",
         "--validation_file", tmp_path / "validation.json", "--test_file", tmp_path / "test.csv",
-        "--output_dir", output_dir, "--max_steps", "4", "--per_device_train_batch_size", "8",
-        "--learning_rate", "0.05"], tmp_path)
+        "--do_train", "--do_eval", "--do_predict", "--output_dir", output_dir, "--max_steps", "4",
+        "--per_device_train_batch_size", "8", "--learning_rate", "0.05"], tmp_path)
 
     results = json.loads((output_dir / "all_results.json").read_text())
     for split in ("eval", "test"):

@@ -6,7 +6,7 @@ from transformers import pipeline
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
 
-from conftest import tiny_config
+from conftest import FLOAT32_TOLERANCE, tiny_config
 
 LABELS = {"id2label": {0: "neg", 1: "pos"}, "label2id": {"neg": 0, "pos": 1}}
 
@@ -28,7 +28,7 @@ def test_sentence_embedding_is_masked_mean_of_the_layer_mix(tiny_model, tiny_tok
     with torch.no_grad():
         alone = tiny_model.sentence_embedding(**tiny_tokenizer(sentences[:1], is_split_into_words=True,
                                                                 return_tensors="pt"), layer_weights=weights)
-    torch.testing.assert_close(alone[0], embedded[0], atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(alone[0], embedded[0], atol=FLOAT32_TOLERANCE, rtol=0)
     with pytest.raises(ValueError, match="layer_weights"):
         tiny_model.sentence_embedding(**batch, layer_weights=[1.0])
 
@@ -55,7 +55,7 @@ def test_text_classification_pipeline_uses_id2label(tmp_path, tiny_tokenizer):
         probabilities = model(**tiny_tokenizer(texts, padding=True, return_tensors="pt")).logits.softmax(-1)
     for result, row in zip(results, probabilities):
         assert result["label"] == LABELS["id2label"][row.argmax().item()]
-        assert result["score"] == pytest.approx(row.max().item(), abs=1e-6)
+        assert result["score"] == pytest.approx(row.max().item(), abs=FLOAT32_TOLERANCE)
 
 
 def test_word_level_predictions_of_the_token_head(tiny_tokenizer):

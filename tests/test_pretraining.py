@@ -1,5 +1,6 @@
 """Pre-training from scratch: ElmoForPreTraining's losses, the word vocabulary, and the Trainer script end to end."""
 
+import logging
 import math
 import os
 import random
@@ -10,11 +11,12 @@ from pathlib import Path
 
 import pytest
 import torch
+from transformers import EvalPrediction
 
 from conftest import tiny_config
 from hf_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.modeling_elmo import ElmoForPreTraining
-from hf_elmo.pretraining import build_word_vocab, main
+from hf_elmo.pretraining import build_word_vocab, direction_nll_sums, main, perplexity_metrics
 
 WORDS = [f"w{i}" for i in range(24)]
 
@@ -185,6 +187,26 @@ def test_pretraining_drives_perplexity_well_below_unigram(pretrained_folder):
     assert metrics["eval_loss"] == pytest.approx(math.log(metrics["eval_perplexity"]), rel=0.05)
 
 
+def test_finished_run_keeps_the_model_and_a_card_not_the_checkpoints(pretrained_folder):
+    folder, metrics, _, _ = pretrained_folder
+    assert not list(folder.glob("checkpoint-*"))  # one was saved at step 300
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    assert "- Steps: 300." in card and "hf-elmo pretrain --train-file" in card
+    assert f"| {metrics['eval_forward_perplexity']:.2f} | {metrics['eval_backward_perplexity']:.2f} | " in card
+    assert metrics["eval_unk_rate"] == metrics["train_unk_rate"] == 0.0  # min count 1: every word is in
+
+
+def test_metrics_count_unk_words():
+    """Two rows: 3 words (one <UNK>) and 1 word; <S> (0), </S> (1) and padding (-100) are not words."""
+    labels = torch.tensor([[0, 5, 2, 6, 1], [0, 7, 1, -100, -100]])
+    sums = direction_nll_sums((torch.tensor(2.0), torch.tensor(3.0)), labels)
+    assert sums[0].tolist() == [2.0 * 6, 3.0 * 6, 6, 4, 1] and not sums[1:].any()  # 4 + 2 targets
+    metrics = perplexity_metrics(EvalPrediction(predictions=sums.numpy(), label_ids=labels.numpy()))
+    assert metrics["unk_rate"] == 0.25
+    assert metrics["forward_perplexity"] == pytest.approx(math.exp(2.0))
+    assert metrics["perplexity"] == pytest.approx(math.exp(2.5))
+
+
 def test_pretrained_folder_loads_exports_and_reloads_identically(pretrained_folder, tmp_path):
     from hf_elmo.conversion import export, load_original
 
@@ -212,6 +234,8 @@ def test_pretraining_runs_under_torchrun_with_two_processes(tmp_path):
     command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "hf_elmo.pretraining",
                *pretraining_args(tmp_path, tmp_path / "model", max_steps=4)]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
+    assert result.returncode != 0 and "on CPU pass --use_cpu" in result.stderr  # each would train alone
+    result = subprocess.run([*command, "--use_cpu"], env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     assert (tmp_path / "model" / "model.safetensors").is_file()
     assert "eval_forward_perplexity" in result.stdout + result.stderr
@@ -227,10 +251,13 @@ def test_streaming_run_resumes_from_its_last_checkpoint(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        main([*pretraining_args(tmp_path, output, max_steps=4), "--streaming", "--save-steps", "2"])
+        # Checkpoints kept (a finished run removes them), as a run stopped at step 4 would have left them.
+        main([*pretraining_args(tmp_path, output, max_steps=4), "--streaming", "--save-steps", "2",
+              "--save-total-limit", "10", "--keep-checkpoints"])
         first_vocab = (output / "word_vocab.json").read_text()
         early_checkpoint = (output / "checkpoint-2" / "trainer_state.json").stat().st_mtime_ns
-        main([*pretraining_args(tmp_path, output, max_steps=6), "--streaming", "--save-steps", "2", "--resume"])
+        main([*pretraining_args(tmp_path, output, max_steps=6), "--streaming", "--save-steps", "2",
+              "--save-total-limit", "10", "--keep-checkpoints", "--resume"])
     finally:
         torch.set_num_threads(threads)
     assert json.loads((output / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
@@ -254,3 +281,19 @@ def test_pretraining_on_learned_characters(tmp_path):
     assert model.char_encoder.char_embedding.num_embeddings == len(characters) + 6 + 1
     row = tokenizer(["배웁니다"], is_split_into_words=True)["input_ids"][1]
     assert tokenizer.decode(row) == "배웁니다"
+def test_bilm_loads_quietly_from_a_pretraining_folder(tmp_path):
+    """The documented path, `ElmoModel.from_pretrained(<pretrain output>)`: the word softmax is left out silently."""
+    torch.manual_seed(0)
+    pretrained = ElmoForPreTraining(tiny_config(word_vocab_size=20, n_negative_samples=4))
+    pretrained.save_pretrained(tmp_path)
+    warnings = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: warnings.append(record.getMessage())
+    logging.getLogger("transformers").addHandler(handler)
+    try:
+        model = ElmoModel.from_pretrained(tmp_path)
+    finally:
+        logging.getLogger("transformers").removeHandler(handler)
+    assert not [message for message in warnings if "LOAD REPORT" in message], warnings
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, pretrained.elmo.state_dict()[name]), name

@@ -251,3 +251,13 @@ def test_learned_tokenizer_pads_saves_and_loads(tmp_path):
     loaded = ElmoTokenizer.from_pretrained(tmp_path / "saved")
     assert loaded(["한국어 abcd"])["input_ids"] == tokenizer(["한국어 abcd"])["input_ids"]
     assert loaded(["한국어 abcd"])["word_input_ids"] == tokenizer(["한국어 abcd"])["word_input_ids"]
+def test_a_missing_path_is_an_error(tmp_path, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    with pytest.raises(OSError):  # transformers refuses a path that cannot be a Hub id
+        ElmoTokenizer.from_pretrained(str(tmp_path / "does-not-exist"))
+    with pytest.raises(OSError, match="outputs/does-not-exist is not a folder, and no ElmoTokenizer files were found"):
+        ElmoTokenizer.from_pretrained("outputs/does-not-exist")  # a relative path could also be a Hub id
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(tmp_path / "saved")
+    assert ElmoTokenizer.from_pretrained(tmp_path / "saved").max_characters_per_token == 20
+    (tmp_path / "no-tokenizer-files").mkdir()  # a folder without tokenizer files gives the default tokenizer
+    assert ElmoTokenizer.from_pretrained(tmp_path / "no-tokenizer-files").max_characters_per_token == 50

@@ -8,7 +8,7 @@ from hf_elmo.weight_mapping import (
     state_dict_to_original, swap_middle_gates,
 )
 
-from conftest import random_original_arrays, tiny_config
+from conftest import FLOAT32_TOLERANCE, random_original_arrays, tiny_config
 
 CONFIGS = {
     "tiny": tiny_config(),
@@ -59,7 +59,7 @@ def test_lstm_kernel_split_and_layout():
     x, h = rng.normal(size=5).astype(np.float32), rng.normal(size=3).astype(np.float32)
     tf_gates = np.concatenate([x, h]) @ kernel + bias
     ours = x @ input_kernel + h @ recurrent_kernel + torch_bias
-    np.testing.assert_allclose(swap_middle_gates(ours), tf_gates, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(swap_middle_gates(ours), tf_gates, rtol=0, atol=FLOAT32_TOLERANCE)
     for original, restored in zip((kernel, bias, projection), lstm_to_original(*lstm_from_original(kernel, bias,
                                                                                                   projection))):
         np.testing.assert_array_equal(bits(original), bits(restored))
@@ -74,7 +74,7 @@ def test_conv_kernel_layout_matches_tensorflow_correlation():
     expected = np.stack([np.einsum("wc,wcf->f", chars[t:t + 3], kernel[0]) for t in range(8)]) + bias
     got = torch.nn.functional.conv1d(torch.from_numpy(chars.T[None]), torch.from_numpy(weight),
                                      torch.from_numpy(torch_bias))[0].T.numpy()
-    np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(got, expected, rtol=0, atol=FLOAT32_TOLERANCE)
     np.testing.assert_array_equal(bits(conv_to_original(weight, torch_bias)[0]), bits(kernel))
 
 

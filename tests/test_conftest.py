@@ -1,0 +1,29 @@
+"""The shared test setup itself: without ../shared the parity tests skip with a reason, except in CI, where they
+fail (a CI run must not pass by skipping them)."""
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+TESTS_DIR = Path(__file__).resolve().parent
+
+
+def run_parity_test(tmp_path, ci: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "HF_ELMO_SHARED": str(tmp_path / "absent"), "CI": ci,
+           "PYTHONPATH": str(TESTS_DIR.parent)}
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
+               f"{TESTS_DIR / 'test_modeling_elmo.py'}::test_parity_first_batch_without_state"]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=TESTS_DIR.parent)
+
+
+def test_parity_tests_skip_with_a_reason_without_shared(tmp_path):
+    result = run_parity_test(tmp_path, ci="")
+    assert result.returncode == 0, result.stdout
+    assert "1 skipped" in result.stdout and "the original test checkpoint is not at" in result.stdout
+
+
+def test_parity_tests_fail_in_ci_without_shared(tmp_path):
+    result = run_parity_test(tmp_path, ci="true")
+    assert result.returncode == 1, result.stdout
+    assert "1 error" in result.stdout and "CI=true and the original test checkpoint is not at" in result.stdout
