@@ -14,6 +14,10 @@ Empty lines, and undecodable ones skipped with `--errors skip`, are kept as entr
 gzip-compressed if its name ends in `.gz`. Lines are written as the run goes, into `OUTPUT.parts/`, which becomes
 OUTPUT at the end, so that OUTPUT is complete or absent; a run that was stopped or killed continues with
 `--resume`, skipping the lines already written, if it has the same input file, model and output options.
+
+Under `torchrun` or `accelerate launch` (WORLD_SIZE > 1), each process embeds its share of the lines into the same
+`OUTPUT.parts/` (on a filesystem every node sees) and rank 0 assembles OUTPUT once all have finished; `--device cuda`
+runs each process on the GPU of its LOCAL_RANK. A resume may use any number of processes.
 """
 
 import argparse
@@ -29,7 +33,8 @@ import sys
 import urllib.parse
 import zlib
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import datetime, timedelta
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -42,11 +47,11 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 
 
 class CliError(Exception):
-    """A failure to report as one line on stderr, with exit status `code`."""
+    """A failure to report as one line on stderr, with exit status `code`; `quiet` when another process reports it."""
 
-    def __init__(self, message: str, code: int = 1):
+    def __init__(self, message: str, code: int = 1, quiet: bool = False):
         super().__init__(message)
-        self.code = code
+        self.code, self.quiet = code, quiet
 
 
 # -- model ------------------------------------------------------------------------------------------------------------
@@ -137,11 +142,17 @@ def open_input(path: Path):
     return handle
 
 
-def read_lines(path: Path, errors: str) -> Iterator[tuple[int, str | None]]:
-    """`(index, stripped text)` of each line, streamed; text is None for an undecodable line under `errors="skip"`."""
+def read_lines(path: Path, errors: str, shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[int, str | None]]:
+    """
+    `(index, stripped text)` of each line, streamed; text is None for an undecodable line under `errors="skip"`.
+    With `shard=(rank, world_size)`, only the lines `index % world_size == rank` (others are not decoded).
+    """
+    rank, world_size = shard
     try:
         with open_input(path) as handle:
             for index, raw in enumerate(handle):
+                if index % world_size != rank:
+                    continue
                 try:
                     text = raw.decode("utf-8", "replace" if errors == "replace" else "strict")
                 except UnicodeDecodeError as error:
@@ -154,8 +165,8 @@ def read_lines(path: Path, errors: str) -> Iterator[tuple[int, str | None]]:
         raise CliError(f"{path}: not a complete gzip file ({_first_line(error)})") from error
 
 
-def count_lines(path: Path) -> int:
-    return sum(1 for _ in read_lines(path, "replace"))
+def count_lines(path: Path, shard: tuple[int, int] = (0, 1)) -> int:
+    return sum(1 for _ in read_lines(path, "replace", shard))
 
 
 def run_identity(input_path: Path, model_name: str, model, options: dict) -> dict:
@@ -226,9 +237,16 @@ class PartsOutput:
     OUTPUT is complete or absent; a stopped run resumes from the parts, and only the run it continues may do so.
     """
 
-    def __init__(self, path: Path, identity: dict, resume: bool):
+    def __init__(self, path: Path, identity: dict, resume: bool, attach: bool = False):
         self.path, self.parts = path, path.with_name(path.name + ".parts")
         self.state_file = self.parts / f"{SETTINGS_NAME}.json"
+        if attach:  # rank > 0: rank 0 has checked and made the folder; this process checks it runs the same job
+            if not self.state_file.is_file():
+                raise CliError(f"{self.parts} is not visible to this process; with several nodes, write the output "
+                               f"to a filesystem that all of them share")
+            _check_identity(self.state_file, identity, self.parts)
+            self.finished = self.finished_lines()
+            return
         if path.exists():
             raise CliError(f"{path} exists" + (" and is complete" if resume else "") + "; remove it to write it again")
         if self.parts.exists() and not resume:
@@ -259,12 +277,12 @@ class Hdf5Output(PartsOutput):
     failed write cannot leave a broken HDF5 file behind (HDF5 files do not survive one).
     """
 
-    def __init__(self, path: Path, identity: dict, resume: bool):
+    def __init__(self, path: Path, identity: dict, resume: bool, attach: bool = False):
         try:
             import h5py  # noqa: F401
         except ImportError as error:
             raise CliError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
-        super().__init__(path, identity, resume)
+        super().__init__(path, identity, resume, attach)
         self.batch = {}
 
     def finished_lines(self) -> set[str]:
@@ -378,46 +396,150 @@ class DeferredStop:
                            f"rerun with --resume to continue", code=128 + self.signal)
 
 
+# -- several processes ------------------------------------------------------------------------------------------------
+
+
+class WriteFailure(CliError):
+    """A failed write of OUTPUT or its parts: the message says whether finished lines were kept for --resume."""
+
+
+class Processes:
+    """
+    The processes of a `torchrun` / `accelerate launch` job, from the launcher's WORLD_SIZE, RANK and LOCAL_RANK (one
+    process of rank 0 without a launcher). They exchange only short messages, over gloo on the CPU whatever device
+    they compute on. Line `i` of the input goes to rank `i % world_size`: a rule of the line index alone, so the
+    ranks split the input without talking, each gets a like mix of short and long lines, and a resume with any
+    number of processes finds each finished line by its index.
+    """
+
+    def __init__(self):
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.world_size > 1:
+            # A rank waits for the slowest one and for rank 0's assembly, hours on a large corpus: a long timeout.
+            # A process that dies is caught by the launcher, which stops the others.
+            try:
+                torch.distributed.init_process_group("gloo", timeout=timedelta(days=7))
+            except (ValueError, RuntimeError) as error:
+                raise CliError(f"cannot join the other {self.world_size - 1} processes (WORLD_SIZE is set): "
+                               f"{_first_line(error)}; start hf-elmo with torchrun or accelerate launch") from error
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        return self.rank, self.world_size
+
+    def device(self, name: str) -> str:
+        """`cuda` is the GPU of this process's LOCAL_RANK when several processes run; other names are kept."""
+        return f"cuda:{self.local_rank}" if name == "cuda" and self.world_size > 1 else name
+
+    def together(self, work=None):
+        """
+        Runs `work()` here (nothing if None) and waits for every process; a `CliError` on any of them is raised on all,
+        reported by rank 0 alone (prefixed with the rank that failed).
+        """
+        failure = None
+        try:
+            result = work() if work else None
+        except CliError as error:
+            failure = error
+        if self.world_size == 1:
+            if failure:
+                raise failure
+            return result
+        outcomes = [None] * self.world_size
+        torch.distributed.all_gather_object(outcomes, failure and (str(failure), failure.code,
+                                                                   isinstance(failure, WriteFailure)))
+        for rank, outcome in enumerate(outcomes):
+            if outcome is not None:
+                message, code, write_failure = outcome
+                raise (WriteFailure if write_failure else CliError)(
+                    f"rank {rank}: {message}", code if failure else 1, quiet=self.rank > 0) from failure
+        return result
+
+    def close(self):
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
 # -- commands ---------------------------------------------------------------------------------------------------------
 
 
 def embed_command(args) -> int:
-    input_path, output_path = Path(args.input), Path(args.output)
-    if not input_path.is_file():
-        raise CliError(f"no such input file: {input_path}")
-    if args.batch_size < 1 or args.max_words < 1:
-        raise CliError("--batch-size and --max-words must be at least 1")
-    check_device(args.device)
-    model, tokenizer = load_model(args.model, DTYPES[args.dtype], args.device)
-    choice = "all" if args.all else "top" if args.top else "average" if args.average else _mix_weights(args.mix, model)
-    split = tokenizer.split_words if args.pretokenize else str.split
-    total = count_lines(input_path)
-    options = {"layers": choice, "pooled": args.pooled, "pretokenize": args.pretokenize, "dtype": args.dtype,
-               "errors": args.errors, "sentence_to_index": not args.forget_sentences}
-    identity = run_identity(input_path, args.model, model, options)
-
-    output = (Hdf5Output if args.format == "hdf5" else NpyOutput)(output_path, identity, args.resume)
-    if output.finished:
-        print(f"hf-elmo: resuming: {len(output.finished)} of {total} lines are already written", file=sys.stderr)
+    processes = Processes()
     try:
-        with DeferredStop() as stop:
-            _embed_lines(args, model, tokenizer, split, choice, output, stop, total)
-            sentence_to_index, skipped = {}, []
-            for index, text in read_lines(input_path, args.errors):
-                if text is None:
-                    skipped.append(index + 1)
-                else:
-                    sentence_to_index[text] = str(index)
+        return _embed(args, processes)
+    finally:
+        processes.close()
+
+
+def _embed(args, processes: Processes) -> int:
+    """Every process embeds its shard of the input into OUTPUT.parts/; rank 0 makes the folder and assembles OUTPUT."""
+    input_path, output_path = Path(args.input), Path(args.output)
+
+    def prepare():
+        if not input_path.is_file():
+            raise CliError(f"no such input file: {input_path}")
+        if args.batch_size < 1 or args.max_words < 1:
+            raise CliError("--batch-size and --max-words must be at least 1")
+        device = processes.device(args.device)
+        check_device(device)
+        model, tokenizer = load_model(args.model, DTYPES[args.dtype], device)
+        choice = "all" if args.all else "top" if args.top else "average" if args.average else \
+            _mix_weights(args.mix, model)
+        options = {"layers": choice, "pooled": args.pooled, "pretokenize": args.pretokenize, "dtype": args.dtype,
+                   "errors": args.errors, "sentence_to_index": not args.forget_sentences}
+        return model, tokenizer, choice, run_identity(input_path, args.model, model, options)
+
+    model, tokenizer, choice, identity = processes.together(prepare)
+    split = tokenizer.split_words if args.pretokenize else str.split
+    total = count_lines(input_path) if processes.rank == 0 else None
+    own_lines = total if processes.world_size == 1 else count_lines(input_path, processes.shard)
+    make_output = partial(Hdf5Output if args.format == "hdf5" else NpyOutput, output_path, identity, args.resume)
+    output = processes.together(make_output if processes.rank == 0 else None)
+
+    def embed_shard():
+        try:
+            with DeferredStop() as stop:
+                _embed_lines(args, model, tokenizer, split, choice, output, stop, processes.shard, own_lines)
+        except (OSError, RuntimeError) as error:
+            raise WriteFailure(f"cannot write {output_path}: "
+                               f"{getattr(error, 'strerror', None) or _first_line(error)}") from error
+
+    def assemble():
+        sentence_to_index, skipped = {}, []
+        for index, text in read_lines(input_path, args.errors):
+            if text is None:
+                skipped.append(index + 1)
+            else:
+                sentence_to_index[text] = str(index)
+        try:
             output.finish(None if args.forget_sentences else sentence_to_index)
-    except CliError:
-        output.discard_if_empty()
-        raise
-    except (OSError, RuntimeError) as error:
-        kept = "nothing was written" if output.discard_if_empty() else \
+        except (OSError, RuntimeError) as error:
+            raise WriteFailure(f"cannot write {output_path}: "
+                               f"{getattr(error, 'strerror', None) or _first_line(error)}") from error
+        return skipped
+
+    try:
+        # The other ranks read the finished lines before rank 0 writes any new one.
+        output = processes.together(partial(make_output, attach=True) if processes.rank > 0 else None) or output
+        if output.finished and processes.rank == 0:
+            print(f"hf-elmo: resuming: {len(output.finished)} of {total} lines are already written", file=sys.stderr)
+        processes.together(embed_shard)
+        skipped = processes.together(assemble if processes.rank == 0 else None)
+    except WriteFailure as error:
+        kept = "nothing was written" if processes.rank == 0 and output.discard_if_empty() else \
             f"the finished lines are kept in {output.parts}/, rerun with --resume once fixed"
-        raise CliError(f"cannot write {output_path}: {getattr(error, 'strerror', None) or _first_line(error)}; "
-                       f"{kept}") from error
+        raise CliError(f"{error}; {kept}", error.code, error.quiet) from error
+    except CliError:
+        if processes.rank == 0:
+            output.discard_if_empty()
+        raise
+    if processes.rank > 0:
+        return 0
     summary = f"wrote {total} lines to {output_path}"
+    if processes.world_size > 1:
+        summary += f" from {processes.world_size} processes"
     if skipped:
         summary += (f" ({len(skipped)} not valid UTF-8, skipped: written as entries of 0 words"
                     + ("" if args.verbose else "; --verbose lists their line numbers") + ")")
@@ -454,13 +576,19 @@ def _mix_weights(text: str, model) -> list[float]:
     return weights
 
 
-def _embed_lines(args, model, tokenizer, split, choice, output, stop: DeferredStop, total: int):
-    """Embeds every unfinished line, a length-sorted batch at a time, writing and flushing after each batch."""
+def _embed_lines(args, model, tokenizer, split, choice, output, stop: DeferredStop, shard: tuple[int, int],
+                 total: int):
+    """
+    Embeds every unfinished line of `shard` (`(rank, world_size)`, see `Processes`; `total` lines), a length-sorted
+    batch at a time, writing and flushing after each batch. Rank 0 shows its progress.
+    """
     from tqdm.auto import tqdm
 
-    lines = read_lines(Path(args.input), args.errors)
-    done = len(output.finished)
-    with tqdm(total=total, initial=done, unit="sent", desc="embedding", file=sys.stderr, mininterval=1.0) as bar:
+    rank, world_size = shard
+    lines = read_lines(Path(args.input), args.errors, shard)
+    done = sum(1 for index in output.finished if int(index) % world_size == rank)
+    with tqdm(total=total, initial=done, unit="sent", desc="embedding",
+              file=sys.stderr, mininterval=1.0, disable=rank > 0) as bar:
         while chunk := list(itertools.islice(lines, args.batch_size * BUCKET_BATCHES)):
             # An undecodable line skipped under --errors skip is written as an entry of 0 words, like an empty line.
             pending = [(index, [] if text is None else split(text)) for index, text in chunk
@@ -638,7 +766,8 @@ def main(argv=None, prog: str = "hf-elmo") -> int:
         args = build_parser({argv[0]: prog} if argv and prog != "hf-elmo" else None).parse_args(argv)
         return args.func(args)
     except CliError as error:
-        print(f"{prog}: error: {error}", file=sys.stderr)
+        if not error.quiet:
+            print(f"{prog}: error: {error}", file=sys.stderr)
         return error.code
     except KeyboardInterrupt:
         print(f"{prog}: interrupted", file=sys.stderr)

@@ -268,6 +268,87 @@ def test_npy_output_is_complete_or_absent(model_dir, model, tmp_path):
                                atol=FLOAT32_TOLERANCE)
 
 
+def torchrun_cli(*args, processes: int = 2, **popen) -> subprocess.Popen:
+    """`torchrun --nproc_per_node PROCESSES -m hf_elmo.cli ARGS` on the CPU (gloo), a free port chosen by torchrun."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
+           "CUDA_VISIBLE_DEVICES": ""}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
+               "-m", "hf_elmo.cli", *map(str, args)]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def assert_same_embeddings(got: dict[str, np.ndarray], want: dict[str, np.ndarray]):
+    """The same datasets and sentence_to_index; the values within tolerance (other ranks batch lines differently)."""
+    assert sorted(got) == sorted(want)
+    assert json.loads(got.pop("sentence_to_index")[0]) == json.loads(want.pop("sentence_to_index")[0])
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE, err_msg=name)
+
+
+def test_torchrun_two_processes_write_the_single_process_file(model_dir, tmp_path):
+    lines = corpus(61, seed=9)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = torchrun_cli("embed", model_dir, tmp_path / "in.txt", tmp_path / "two.h5", "--all", "--batch-size", "4")
+    stderr = run.communicate(timeout=300)[1]
+    assert run.returncode == 0, stderr[-4000:]
+    assert f"wrote {len(lines)} lines to {tmp_path / 'two.h5'} from 2 processes" in stderr
+    assert not (tmp_path / "two.h5.parts").exists()
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "one.h5"), "--all"]) == 0
+    assert_same_embeddings(read_hdf5(tmp_path / "two.h5"), read_hdf5(tmp_path / "one.h5"))
+
+
+def test_torchrun_failure_on_one_rank_writes_no_output(model_dir, tmp_path):
+    """Line 4 is not UTF-8 and belongs to rank 1 (odd index): rank 0 embeds its lines, then all stop, OUTPUT absent."""
+    lines = [line.encode() for line in corpus(40, seed=10)]
+    lines[3] = b"sat \xff on"
+    (tmp_path / "in.txt").write_bytes(b"\n".join(lines) + b"\n")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    run = torchrun_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "4")
+    stderr = run.communicate(timeout=300)[1]
+    assert run.returncode != 0
+    errors = [line for line in stderr.splitlines() if "hf-elmo: error" in line]
+    assert errors == [f"hf-elmo: error: rank 1: {tmp_path / 'in.txt'} line 4: not valid UTF-8 (invalid start byte "
+                      f"at byte 4); pass --errors replace or --errors skip"], stderr[-4000:]
+    assert not output.exists()
+    written = set()
+    for part in parts.glob("*.npz"):
+        with np.load(part) as arrays:
+            written.update(int(name) for name in arrays.files)
+    assert written == set(range(0, len(lines), 2))  # rank 0's lines, all of them
+
+
+@pytest.mark.slow
+def test_torchrun_killed_run_resumes_per_rank_and_writes_npy(model_dir, tmp_path):
+    lines = corpus(400, seed=11)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "npy", tmp_path / "npy.parts"
+    arguments = ["embed", model_dir, tmp_path / "in.txt", output, "--top", "--format", "npy", "--batch-size", "1"]
+    run = torchrun_cli(*arguments)
+    deadline = time.monotonic() + 120
+    while len(list(parts.glob("*.npy"))) < 40 and run.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # The ranks, then torchrun, as a lost node would (torchrun starts each rank in a session of its own).
+    for pid in [*map(int, Path(f"/proc/{run.pid}/task/{run.pid}/children").read_text().split()), run.pid]:
+        os.kill(pid, signal.SIGKILL)
+    run.communicate()
+    written = {int(path.stem) for path in parts.glob("*.npy")}
+    assert 40 <= len(written) < len(lines) and not output.exists()
+    assert {index % 2 for index in written} == {0, 1}  # both ranks had written lines
+
+    resumed = torchrun_cli(*arguments, "--resume")
+    stderr = resumed.communicate(timeout=300)[1]
+    assert resumed.returncode == 0, stderr[-4000:]
+    assert f"resuming: {len(written)} of {len(lines)} lines are already written" in stderr
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "one"), "--top",
+                 "--format", "npy"]) == 0
+    assert sorted(path.name for path in output.iterdir()) == sorted(path.name for path in (tmp_path / "one").iterdir())
+    assert json.loads((output / "sentence_to_index.json").read_text()) == \
+        json.loads((tmp_path / "one" / "sentence_to_index.json").read_text())
+    for index in range(len(lines)):
+        np.testing.assert_allclose(np.load(output / f"{index}.npy"), np.load(tmp_path / "one" / f"{index}.npy"),
+                                   atol=FLOAT32_TOLERANCE, err_msg=str(index))
+
+
 def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
     good = tmp_path / "good.txt"
     good.write_text("the cat\n", encoding="utf-8")
