@@ -1,15 +1,21 @@
 """Words per second of ELMo inference from words, AllenNLP 2.10 beside each hf_elmo path, on one random checkpoint.
 
-Prints one markdown table: throughput at batch 1 and 32, the ratio to AllenNLP, the top layer's max |diff| against
-hf_elmo's exact path and against AllenNLP, and the peak resident memory one call added. The paths take turns batch by
-batch on the same sentences, so that load from other processes falls on all of them alike.
+Prints one markdown table: throughput at each batch size (1 and 32 by default), the ratio to AllenNLP, the top
+layer's max |diff| against hf_elmo's exact path and against AllenNLP, its minimum cosine with hf_elmo's exact path in
+float32, and the peak memory one call added (resident memory on the CPU, allocated GPU memory on CUDA). The paths
+take turns batch by batch on the same sentences, so that load from other processes falls on all of them alike.
 
     PYTHONPATH=$PWD:/tmp/allennlp_site:../shared/peer python benchmarks/benchmark_inference.py
+    ... benchmarks/benchmark_inference.py --device cuda --dtype bf16 --batches 1:32,64:1024,256:2048
+
+`--dtype` sets hf_elmo's weights and compute (`tf32`: float32 weights, TensorFloat-32 products on CUDA, which also
+apply to AllenNLP); AllenNLP always runs in float32.
 
 AllenNLP is optional (see ../shared/peer/README.md); without it its rows and columns are left out.
 """
 
 import argparse
+import copy
 import os
 import tempfile
 import time
@@ -36,53 +42,78 @@ def load_allennlp(options_file: Path, weight_file: Path):
     return elmo.eval(), allennlp_elmo.batch_to_ids
 
 
+DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def finished(device: torch.device) -> float:
+    """The time once all work queued on `device` is done (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
 def hf_elmo_path(model, tokenizer, recurrence_implementation: str):
     """
-    From words to `(seconds, top layer with boundary rows, mask)` with hf_elmo under `recurrence_implementation`
-    ("reference": the exact reference code; "auto": the fast kernels).
+    From words to `(seconds, float32 CPU top layer with boundary rows, mask)` with hf_elmo under
+    `recurrence_implementation` ("reference": the exact reference code; "auto": the fast kernels).
     """
 
     def run(batch):
         model.config.recurrence_implementation = recurrence_implementation
-        began = time.perf_counter()
-        encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+        began = finished(model.device)
+        encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt").to(model.device)
         output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
-        seconds = time.perf_counter() - began
-        return seconds, output.last_hidden_state, encoded["attention_mask"].bool()
+        seconds = finished(model.device) - began
+        return seconds, output.last_hidden_state.float().cpu(), encoded["attention_mask"].bool().cpu()
 
     return run
 
 
-def allennlp_path(elmo, batch_to_ids):
+def allennlp_path(elmo, batch_to_ids, device: torch.device):
     """
-    From words to `(seconds, top layer with boundary rows, mask)` with AllenNLP's `Elmo` (timed: what its users run),
-    then its biLM again, untimed, for the top layer; the LSTM state is reset before each call.
+    From words to `(seconds, float32 CPU top layer with boundary rows, mask)` with AllenNLP's `Elmo` (timed: what its
+    users run), then its biLM again, untimed, for the top layer; the LSTM state is reset before each call.
     """
     bilm = elmo._elmo_lstm
 
     def run(batch):
         bilm._elmo_lstm.reset_states()
-        began = time.perf_counter()
-        elmo(batch_to_ids(batch))
-        seconds = time.perf_counter() - began
+        began = finished(device)
+        elmo(batch_to_ids(batch).to(device))
+        seconds = finished(device) - began
         bilm._elmo_lstm.reset_states()
-        output = bilm(batch_to_ids(batch))
-        return seconds, output["activations"][-1], output["mask"].bool()
+        output = bilm(batch_to_ids(batch).to(device))
+        return seconds, output["activations"][-1].float().cpu(), output["mask"].bool().cpu()
 
     return run
 
 
-def measure(paths, sentences, batch_size):
+class PeakCudaMemory:
+    """Like `PeakRss` for the GPU: `delta` is the peak of allocated CUDA memory above entry."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+
+    def __enter__(self):
+        torch.cuda.reset_peak_memory_stats(self.device)
+        self.start = torch.cuda.memory_allocated(self.device)
+        return self
+
+    def __exit__(self, *exc):
+        self.delta = torch.cuda.max_memory_allocated(self.device) - self.start
+
+
+def measure(paths, sentences, batch_size, device: torch.device):
     """
     Runs every path on each batch of `sentences` in turn (the order rotating from batch to batch, so that load from
-    other processes falls on all paths alike); returns, per path, timed seconds, the largest peak RSS added by one
+    other processes falls on all paths alike); returns, per path, timed seconds, the largest peak memory added by one
     call, and `[(top layer, mask)]`.
     """
     results = {name: [0.0, 0, []] for name in paths}
     for turn, start in enumerate(range(0, len(sentences), batch_size)):
         names = list(paths)
         for name in names[turn % len(names) :] + names[: turn % len(names)]:
-            with PeakRss() as peak:
+            with PeakCudaMemory(device) if device.type == "cuda" else PeakRss() as peak:
                 seconds, top, mask = paths[name](sentences[start : start + batch_size])
             results[name][0] += seconds
             results[name][1] = max(results[name][1], peak.delta)
@@ -96,6 +127,14 @@ def max_diff(outputs, reference) -> float:
         if not torch.equal(mask, reference_mask):
             raise RuntimeError("paths disagree on the mask")
         worst = max(worst, (top - reference_top)[mask].abs().max().item())
+    return worst
+
+
+def min_cosine(outputs, reference) -> float:
+    """The smallest cosine between a position's top-layer vector and the reference's, over unmasked positions."""
+    worst = 1.0
+    for (top, mask), (reference_top, _) in zip(outputs, reference):
+        worst = min(worst, torch.nn.functional.cosine_similarity(top[mask], reference_top[mask], dim=-1).min().item())
     return worst
 
 
@@ -119,64 +158,95 @@ def step_products_bound(model, batch_size: int, words_per_position: float, repea
     return positions_per_second * words_per_position
 
 
+def parse_batches(text: str) -> list[tuple[int, int]]:
+    """`"1:8,32:96"` -> `[(1, 8), (32, 96)]`: batch sizes and how many sentences each runs."""
+    try:
+        return [(int(size), int(count)) for size, count in (item.split(":") for item in text.split(","))]
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(f"expected SIZE:SENTENCES[,...], got {text!r}") from error
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batch1-sentences", type=int, default=8, help="sentences run one at a time")
-    parser.add_argument("--batch32-sentences", type=int, default=96, help="sentences run 32 at a time")
+    parser.add_argument("--batches", type=parse_batches, default=parse_batches("1:8,32:96"),
+                        help="batch sizes and the sentences each runs, SIZE:SENTENCES,... (default 1:8,32:96)")
+    parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
+    parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="hf_elmo's precision (default fp32)")
+    parser.add_argument("--no-allennlp", action="store_true", help="leave AllenNLP out even where it is importable")
     parser.add_argument("--checkpoint-dir", type=Path, default=Path(tempfile.gettempdir()) / "hf_elmo_bench_ckpt")
     parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's choice)")
     args = parser.parse_args()
     if args.threads is not None:
         torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if device.type == "cuda" and not torch.cuda.is_available():
+        parser.error(f"--device {args.device}: CUDA is not available here")
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.dtype == "tf32"
 
     config = ElmoConfig()
     options_file, weight_file = write_random_original_checkpoint(args.checkpoint_dir, config)
-    model = load_original(options_file, weight_file).eval()
+    model = load_original(options_file, weight_file).eval().to(device)
+    # The float32 exact path, TF32 off, is the reference of every row's cosine; a copy when the rows run in 16 bits.
+    float32_model = model if DTYPES[args.dtype] == torch.float32 else copy.deepcopy(model)
+    model = model.to(DTYPES[args.dtype])
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     paths = {"hf_elmo exact (reference paths)": hf_elmo_path(model, tokenizer, "reference"),
              "hf_elmo fast (default)": hf_elmo_path(model, tokenizer, "auto")}
-    allennlp = load_allennlp(options_file, weight_file)
+    float32_exact = hf_elmo_path(float32_model, tokenizer, "reference")
+    allennlp = None if args.no_allennlp else load_allennlp(options_file, weight_file)
     if allennlp is not None:
-        paths = {"AllenNLP 2.10.1 Elmo": allennlp_path(*allennlp), **paths}
+        paths = {"AllenNLP 2.10.1 Elmo": allennlp_path(allennlp[0].to(device), allennlp[1], device), **paths}
 
     load_before = f"{os.getloadavg()[0]:.2f}"
-    sentences = make_sentences(max(args.batch1_sentences, args.batch32_sentences), seed=0)
+    sentences = make_sentences(max(count for _, count in args.batches), seed=0)
     rows, bounds = [], {}
     with torch.inference_mode():
         for run in paths.values():  # warm-up: first-call allocations and library initialisation
             run(sentences[:2])
-        for batch_size, count in ((1, args.batch1_sentences), (32, args.batch32_sentences)):
+        for batch_size, count in args.batches:
             batch_sentences = sentences[:count]
+            if device.type == "cuda":  # kernels and allocations of this batch shape, before the timed runs
+                for run in paths.values():
+                    run(batch_sentences[:batch_size])
             words = sum(len(sentence) for sentence in batch_sentences)
             positions = words + 2 * len(batch_sentences)  # with <S> and </S>
-            bounds[batch_size] = step_products_bound(model, batch_size, words / positions)
-            results = measure(paths, batch_sentences, batch_size)
+            if device.type == "cpu":
+                bounds[batch_size] = step_products_bound(float32_model, batch_size, words / positions)
+            results = measure(paths, batch_sentences, batch_size, device)
             exact = results["hf_elmo exact (reference paths)"][2]
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+            reference = [float32_exact(batch_sentences[start : start + batch_size])[1:]
+                         for start in range(0, count, batch_size)]
+            torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.dtype == "tf32"
             baseline = results.get("AllenNLP 2.10.1 Elmo")
-            for name, (seconds, rss, outputs) in results.items():
+            for name, (seconds, memory, outputs) in results.items():
                 rows.append(
                     (name, batch_size, count, words / seconds,
                      f"{baseline[0] / seconds:.2f}x" if baseline else "-",
                      f"{max_diff(outputs, exact):.1e}",
                      f"{max_diff(outputs, baseline[2]):.1e}" if baseline else "-",
-                     rss / 2**20)
+                     f"{min_cosine(outputs, reference):.5f}",
+                     memory / 2**20)
                 )
 
     parameters = sum(p.numel() for p in model.parameters())
+    hardware = f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})" if device.type == "cuda" else \
+        f"{cpu_name()}, {torch.get_num_threads()} threads"
     print(f"load average before / after: {load_before} / {os.getloadavg()[0]:.2f} (other processes share these cores)")
-    print(f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32, inference_mode; "
+    print(f"{hardware}, torch {torch.__version__}, hf_elmo in {args.dtype}, inference_mode; "
           f"random checkpoint of the original shapes ({parameters / 1e6:.1f}M parameters); ~25-word sentences; "
           f"end to end from words (tokenize + model)\n")
+    memory = "peak GPU memory added (MB)" if device.type == "cuda" else "peak RSS added (MB)"
     print("| path | batch | sentences | words/s | vs AllenNLP | max abs diff vs exact | max abs diff vs AllenNLP "
-          "| peak RSS added (MB) |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|")
-    for name, batch_size, count, speed, ratio, diff_exact, diff_allennlp, rss in rows:
+          f"| min cosine vs fp32 exact | {memory} |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, batch_size, count, speed, ratio, diff_exact, diff_allennlp, cosine, memory in rows:
         print(f"| {name} | {batch_size} | {count} | {speed:.1f} | {ratio} | {diff_exact} | {diff_allennlp} "
-              f"| {rss:.0f} |")
-    print("\nupper bound from the LSTM steps' recurrent and projection products alone (timed in this run, weights "
-          "in cache; see step_products_bound): " + ", ".join(f"batch {size}: {bound:.0f} words/s"
-                                                         for size, bound in bounds.items()))
-
+              f"| {cosine} | {memory:.0f} |")
+    if bounds:
+        print("\nupper bound from the LSTM steps' recurrent and projection products alone (timed in this run, weights "
+              "in cache; see step_products_bound): " + ", ".join(f"batch {size}: {bound:.0f} words/s"
+                                                             for size, bound in bounds.items()))
 
 if __name__ == "__main__":
     main()

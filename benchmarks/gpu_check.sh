@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Everything hf_elmo claims about CUDA, run on this machine's first GPU; results in OUTPUT_DIR/gpu_check.md.
+#
+#     bash benchmarks/gpu_check.sh OUTPUT_DIR
+#
+# 1. the GPU tests (pytest -m gpu);
+# 2. inference throughput on CUDA in fp32, TF32, bf16 and fp16 at batch 1, 32, 64 and 256, beside AllenNLP's Elmo
+#    on the same GPU when it is importable (see ../shared/peer/README.md; ALLENNLP_SITE, default /tmp/allennlp_site),
+#    with each row's peak GPU memory and its top layer's minimum cosine with float32;
+# 3. a Trainer fine-tuning step in bf16 (and fp32 beside it), with the peak GPU memory;
+# 4. hf-elmo embed --device cuda on a generated 10,000-line corpus: wall time, then the split between loading,
+#    tokenizing, model and writing from a profiled run of the same command.
+# Run from the repository root, with the test extra installed; PYTHON (default python) is the interpreter.
+set -euo pipefail
+
+if [[ $# -ne 1 ]]; then
+    echo "usage: bash benchmarks/gpu_check.sh OUTPUT_DIR" >&2
+    exit 2
+fi
+PYTHON=${PYTHON:-python}
+if ! "$PYTHON" -c "import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)"; then
+    echo "gpu_check.sh: no CUDA GPU here (torch.cuda.is_available() is False); run it on a CUDA machine" >&2
+    exit 1
+fi
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+OUT=$(mkdir -p "$1" && cd "$1" && pwd)
+RESULTS="$OUT/gpu_check.md"
+PEER_PATH="${ALLENNLP_SITE:-/tmp/allennlp_site}:$ROOT/../shared/peer"
+export PYTHONPATH="$ROOT${PYTHONPATH:+:$PYTHONPATH}" HF_HUB_OFFLINE=1
+cd "$ROOT"
+
+# Runs a command, its output going to the terminal and, under a heading with the exact command, to RESULTS; a
+# failed step is recorded and the others still run.
+FAILED=()
+step() {
+    local title=$1
+    shift
+    printf '\n## %s\n\n```\n%s\n```\n\n' "$title" "$*" >> "$RESULTS"
+    if ! "$@" 2>&1 | tee -a "$RESULTS"; then
+        echo "FAILED: $title" | tee -a "$RESULTS"
+        FAILED+=("$title")
+    fi
+}
+
+{
+    echo "# gpu_check.sh, $(date -u '+%Y-%m-%d %H:%M UTC')"
+    echo
+    echo "commit $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null || true
+    "$PYTHON" -c "import torch; print('torch', torch.__version__, 'CUDA', torch.version.cuda)"
+} > "$RESULTS"
+
+step "GPU tests" "$PYTHON" -m pytest -m gpu -q -p no:cacheprovider
+
+CHECKPOINT="$OUT/checkpoint"
+for dtype in fp32 tf32 bf16 fp16; do
+    step "Inference, $dtype" env PYTHONPATH="$PYTHONPATH:$PEER_PATH" "$PYTHON" benchmarks/benchmark_inference.py \
+        --device cuda --dtype "$dtype" --batches 1:64,32:1024,64:2048,256:4096 --checkpoint-dir "$CHECKPOINT"
+done
+
+for precision in bf16 fp32; do
+    step "Trainer fine-tuning step, $precision" "$PYTHON" benchmarks/benchmark_finetune.py --device cuda \
+        --precision "$precision" --batch-size 32 --steps 10
+done
+
+"$PYTHON" -m hf_elmo.cli convert --options-file "$CHECKPOINT/options.json" --weight-file "$CHECKPOINT/weights.hdf5" \
+    --output-dir "$OUT/model" --overwrite > /dev/null
+"$PYTHON" -c "
+import sys; sys.path.insert(0, 'benchmarks')
+from common import make_sentences
+open(sys.argv[1], 'w').write(''.join(' '.join(words) + '\n' for words in make_sentences(10_000, seed=1)))
+" "$OUT/corpus.txt"
+rm -rf "$OUT/vectors.h5" "$OUT/vectors.h5.parts" "$OUT/profiled.h5" "$OUT/profiled.h5.parts"
+began=$(date +%s.%N)
+step "hf-elmo embed --device cuda, 10,000 lines" "$PYTHON" -m hf_elmo.cli embed "$OUT/model" "$OUT/corpus.txt" \
+    "$OUT/vectors.h5" --top --device cuda --batch-size 64
+echo "wall time: $(awk "BEGIN {printf \"%.1f\", $(date +%s.%N) - $began}") s, loading the model included" \
+    | tee -a "$RESULTS"
+step "hf-elmo embed --device cuda, the same run profiled" "$PYTHON" -m cProfile -o "$OUT/embed.prof" -m hf_elmo.cli \
+    embed "$OUT/model" "$OUT/corpus.txt" "$OUT/profiled.h5" --top --device cuda --batch-size 64
+step "hf-elmo embed, where the time goes" "$PYTHON" benchmarks/embed_time_split.py "$OUT/embed.prof"
+rm -rf "$OUT/profiled.h5"
+
+echo "results: $RESULTS"
+if [[ ${#FAILED[@]} -gt 0 ]]; then
+    echo "gpu_check.sh: ${#FAILED[@]} step(s) failed: ${FAILED[*]}" >&2
+    exit 1
+fi
