@@ -317,6 +317,18 @@ def test_torchrun_failure_on_one_rank_writes_no_output(model_dir, tmp_path):
     assert written == set(range(0, len(lines), 2))  # rank 0's lines, all of them
 
 
+
+def test_world_size_without_a_launcher_is_one_line(model_dir, tmp_path, monkeypatch, capsys):
+    (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.startswith("hf-elmo: error: cannot join the other 1 processes (WORLD_SIZE is set): ") and \
+        error.endswith("; start hf-elmo with torchrun or accelerate launch") and "\n" not in error, error
+    assert not (tmp_path / "o.h5").exists() and not (tmp_path / "o.h5.parts").exists()
+
 @pytest.mark.slow
 def test_torchrun_killed_run_resumes_per_rank_and_writes_npy(model_dir, tmp_path):
     lines = corpus(400, seed=11)
