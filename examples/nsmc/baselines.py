@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default="outputs/nsmc/data")
     parser.add_argument("--train-file", default="train.csv", help="labelled training file inside --data-dir")
-    parser.add_argument("--char-c", type=float, nargs="+", default=[1.0, 4.0],
+    parser.add_argument("--char-c", type=float, nargs="+", default=[1.0, 4.0, 16.0],
                         help="values of C tried for the character n-gram model")
     parser.add_argument("--min-count", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=5)
