@@ -47,6 +47,7 @@ def main() -> None:
         print("      " + "".join(f"{f'[{j}]':>7}" for j in range(len(SENTENCES))))
         for i, row in enumerate(similarity.tolist()):
             print(f"  [{i}] " + "".join(f"{value:7.3f}" for value in row))
+    print("(the first word's forward half has read only <S> and that word: the contexts differ in the backward half)")
 
     classifier = pipeline("text-classification", model=bundled_model_path("ko-nsmc-sentiment"))
     print("\nko-nsmc-sentiment:")

@@ -55,7 +55,8 @@ def test_bundled_model_path_gives_folders_and_names_the_choices():
     for name in BUNDLED_MODELS:
         folder = Path(bundled_model_path(name))
         assert folder.parent == Path(hf_elmo.__file__).resolve().parent / "bundled"
-        assert {"config.json", "model.safetensors", "README.md", "word_vocab.json"} <= {f.name for f in folder.iterdir()}
+        files = {f.name for f in folder.iterdir()}
+        assert {"config.json", "model.safetensors", "README.md", "word_vocab.json"} <= files
         assert sum(f.stat().st_size for f in folder.iterdir()) <= 25 * 2**20
     with pytest.raises(ValueError, match="^no bundled model named 'ko-nsmc-large'; the bundled models are: "
                                          "ko-nsmc, ko-nsmc-sentiment$"):

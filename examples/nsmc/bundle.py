@@ -45,7 +45,8 @@ def layer_cosines(original, stored, tokenizer, texts: list[str]) -> dict[str, li
         mask = batch["attention_mask"].bool()
         first = original.base_model(**batch, output_hidden_states=True).hidden_states
         second = stored.base_model(**batch, output_hidden_states=True).hidden_states
-        cosines = torch.stack([torch.nn.functional.cosine_similarity(a, b, dim=-1)[mask] for a, b in zip(first, second)])
+        cosines = torch.stack([torch.nn.functional.cosine_similarity(a, b, dim=-1)[mask]
+                               for a, b in zip(first, second)])
         sums = cosines.sum(dim=1) if sums is None else sums + cosines.sum(dim=1)
         lowest = cosines.amin(dim=1) if lowest is None else torch.minimum(lowest, cosines.amin(dim=1))
         count += int(mask.sum())
@@ -75,7 +76,8 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--check-text", help="text file, one sentence per line: compare the biLM's layers")
     parser.add_argument("--check-csv", help="csv file with text,label: compare the classifier's accuracy")
     parser.add_argument("--check-lines", type=int, default=500, help="lines of --check-text used")
-    parser.add_argument("--label-names", nargs="+", help="names of a classifier's labels, by id (e.g. negative positive)")
+    parser.add_argument("--label-names", nargs="+",
+                        help="names of a classifier's labels, by id (e.g. negative positive)")
     args = parser.parse_args(argv)
 
     original, tokenizer = load(args.model)
@@ -106,7 +108,8 @@ def main(argv: list[str] | None = None) -> dict:
             checks["layer_cosines"] = layer_cosines(original, reloaded, tokenizer, lines)
         if args.check_csv:
             checks["accuracy_float32"] = accuracy(original, tokenizer, args.check_csv, {})
-            checks["accuracy_stored"] = accuracy(reloaded, tokenizer, args.check_csv, renamed if args.label_names else {})
+            names = renamed if args.label_names else {}
+            checks["accuracy_stored"] = accuracy(reloaded, tokenizer, args.check_csv, names)
         if target.exists():
             shutil.rmtree(target)
         folder.rename(target)

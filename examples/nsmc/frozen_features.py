@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--data-dir", default="outputs/nsmc/data")
     parser.add_argument("--train-file", default="train.csv", help="labelled training file inside --data-dir")
     parser.add_argument("--output-dir", help="where frozen_features.json goes (default: --model)")
-    parser.add_argument("--c-values", type=float, nargs="+", default=[0.01, 0.1, 1.0])
+    parser.add_argument("--c-values", type=float, nargs="+", default=[0.001, 0.01, 0.1, 1.0])
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--max-length", type=int, default=64, help="positions per review, <S> and </S> included")
     args = parser.parse_args(argv)
