@@ -77,6 +77,10 @@ def test_bilm_loads_in_float32_with_own_and_auto_classes(bilm, tokenizer):
     auto = AutoModel.from_pretrained(bundled_model_path("ko-nsmc")).eval()
     assert type(auto) is ElmoModel
     assert isinstance(AutoTokenizer.from_pretrained(bundled_model_path("ko-nsmc")), ElmoTokenizer)
+    # The folder holds the pre-training softmax too; the biLM alone loads without reporting it as unexpected.
+    _, loading_info = ElmoModel.from_pretrained(bundled_model_path("ko-nsmc"), output_loading_info=True)
+    assert not loading_info["unexpected_keys"]
+    assert not loading_info["missing_keys"]
     pretraining = AutoModelForPreTraining.from_pretrained(bundled_model_path("ko-nsmc"))
     assert type(pretraining) is ElmoForPreTraining
     assert pretraining.softmax.weight.shape[0] == tokenizer.word_vocab_size
