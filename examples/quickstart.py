@@ -1,38 +1,59 @@
-"""Converts the released original ELMo (downloaded from its public URLs) and embeds a few sentences."""
+"""Contextual word vectors and sentiment from the Korean ELMo shipped inside hf_elmo: runs offline.
 
-import sys
+    python examples/quickstart.py
+
+The biLM `ko-nsmc` was pre-trained on Korean movie reviews (NSMC); `ko-nsmc-sentiment` is a classifier on it. The
+word 배 means belly, boat or pear: the context-free layer 0 (the character CNN) gives a word the same vector
+wherever it stands, the LSTM layers give it one that depends on the sentence. Next step, on a machine online:
+`python examples/convert_original_elmo.py` converts the original English ELMo.
+"""
 
 import torch
+from transformers import pipeline
+from transformers.utils import logging
 
-from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.conversion import ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL, ElmoConversionError, convert
+from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
 
-OUTPUT_DIR = "outputs/elmo-original"
 SENTENCES = [
-    ["The", "bank", "raised", "its", "interest", "rates", "."],
-    ["We", "sat", "on", "the", "river", "bank", "."],
-    ["She", "went", "to", "the", "bank", "to", "deposit", "money", "."],
+    ("배가 고프다", "belly: hungry"),
+    ("배가 아프다", "belly: it aches"),
+    ("배를 타고 여행을 가다", "boat: travel by"),
+    ("배를 깎아 먹었다", "pear: peeled, eaten"),
+]
+REVIEWS = [
+    "정말 재미있고 감동적인 영화였어요",
+    "시간 낭비, 돈 아깝다",
+    "배우들 연기가 최고다 또 보고 싶다",
+    "지루하고 스토리도 엉망이다",
 ]
 
 
-def main() -> int:
-    try:
-        convert(ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL, OUTPUT_DIR, overwrite=True)
-    except ElmoConversionError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 1
-    tokenizer = ElmoTokenizer.from_pretrained(OUTPUT_DIR)
-    model = ElmoModel.from_pretrained(OUTPUT_DIR).eval()
-    batch = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
+def main() -> None:
+    logging.disable_progress_bar()
+    tokenizer = ElmoTokenizer.from_pretrained(bundled_model_path("ko-nsmc"))
+    model = ElmoModel.from_pretrained(bundled_model_path("ko-nsmc")).eval()
+    batch = tokenizer([text for text, _ in SENTENCES], padding=True, return_tensors="pt")
     with torch.inference_mode():
-        top = model(**batch).last_hidden_state
-    print(f"converted to {OUTPUT_DIR}; top layer {tuple(top.shape)} (batch, words + 2, 2 * projection_dim)")
-    bank = [top[i, 1 + words.index("bank")] for i, words in enumerate(SENTENCES)]
-    cosine = torch.nn.functional.cosine_similarity
-    print(f"cos(bank: finance, bank: river)   = {cosine(bank[0], bank[1], dim=0):.3f}")
-    print(f"cos(bank: finance, bank: deposit) = {cosine(bank[0], bank[2], dim=0):.3f}")
-    return 0
+        layers = model(**batch, output_hidden_states=True).hidden_states  # n_layers + 1 of (batch, positions, dim)
+    # The first word of each sentence is the one holding 배 (position 1, after <S>).
+    print(f"ko-nsmc: {len(layers)} layers of {layers[0].shape[-1]} dimensions; the word holding 배 in:")
+    for index, (text, sense) in enumerate(SENTENCES):
+        print(f"  [{index}] {text}  ({sense})")
+    for number, layer in enumerate(layers):
+        vectors = torch.nn.functional.normalize(layer[:, 1], dim=-1)
+        similarity = vectors @ vectors.T
+        kind = "context-free character CNN" if number == 0 else f"LSTM layer {number}, contextual"
+        print(f"\ncosine similarity, layer {number} ({kind}):")
+        print("      " + "".join(f"{f'[{j}]':>7}" for j in range(len(SENTENCES))))
+        for i, row in enumerate(similarity.tolist()):
+            print(f"  [{i}] " + "".join(f"{value:7.3f}" for value in row))
+    print("(the first word's forward half has read only <S> and that word: the contexts differ in the backward half)")
+
+    classifier = pipeline("text-classification", model=bundled_model_path("ko-nsmc-sentiment"))
+    print("\nko-nsmc-sentiment:")
+    for review, result in zip(REVIEWS, classifier(REVIEWS)):
+        print(f"  {result['label']:>8} {result['score']:.3f}  {review}")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -7,6 +7,7 @@ from transformers import (
     AutoTokenizer,
 )
 
+from .bundled import BUNDLED_MODELS, bundled_model_path
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import (
     ElmoForPreTraining,

@@ -58,13 +58,15 @@ class CliError(Exception):
 
 
 def load_model(name: str, dtype: torch.dtype | str = "auto", device: str = "cpu"):
-    """An `ElmoModel` in eval mode and its `ElmoTokenizer` from a local folder or a Hub id."""
+    """An `ElmoModel` in eval mode and its `ElmoTokenizer` from a local folder, a bundled model's name or a Hub id."""
     from transformers.utils import logging as transformers_logging
 
+    from .bundled import resolve_model_name
     from .modeling_elmo import ElmoModel
     from .tokenization_elmo import ElmoTokenizer
 
     transformers_logging.disable_progress_bar()
+    name = resolve_model_name(name)
     path = Path(name).expanduser()
     offline = False
     if path.is_dir():
@@ -685,7 +687,7 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     embed = commands.add_parser("embed", prog=progs.get("embed"),
                                 help="embed a text file, one sentence per line, to HDF5 or .npy files",
                                 description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    embed.add_argument("model", help="model folder or Hub id")
+    embed.add_argument("model", help="model folder, bundled model (ko-nsmc) or Hub id")
     embed.add_argument("input", help="text file, UTF-8, one sentence per line (.gz: gzip-compressed)")
     embed.add_argument("output", help="HDF5 file to write (a folder with --format npy)")
     layers = embed.add_mutually_exclusive_group(required=True)

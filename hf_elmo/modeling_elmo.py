@@ -433,7 +433,8 @@ class ElmoModel(ElmoPreTrainedModel):
     original stateful code did), pass the `final_state` of one call as the `initial_state` of the next.
     """
 
-    _keys_to_ignore_on_load_unexpected = [r"^softmax\."]  # the word softmax of a pre-training folder: not the biLM's
+    # A pre-training folder (`ElmoForPreTraining`) also holds the softmax, which the biLM alone does not use.
+    _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)

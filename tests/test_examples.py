@@ -176,3 +176,37 @@ def test_run_token_classification(base_model, tmp_path):
 
     header = front_matter((output_dir / "README.md").read_text())
     assert {"library_name: hf_elmo", "pipeline_tag: token-classification"} <= set(header)
+
+
+def test_prepare_nsmc_splits_by_movie_and_nests_the_training_sizes(tmp_path):
+    sys.path.insert(0, str(ROOT / "examples" / "nsmc"))
+    try:
+        import prepare_nsmc
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "nsmc"))
+    import gzip
+
+    rng = random.Random(0)
+    raw = tmp_path / "reviews.tsv.gz"
+    with gzip.open(raw, "wt", encoding="utf-8") as handle:
+        handle.write("movie_id\treview\trating\n")
+        for review in range(600):
+            handle.write(f"m{review % 40}\treview {review} of m{review % 40}\t{rng.randint(1, 10)}\n")
+    arguments = ["--input", str(raw), "--validation-size", "20", "--test-size", "20", "--train-size", "30"]
+    plain = prepare_nsmc.main([*arguments, "--output-dir", str(tmp_path / "plain")])
+    nested = prepare_nsmc.main([*arguments, "--output-dir", str(tmp_path / "nested"), "--extra-train-sizes", "60",
+                                "0", "--pretrain-size", "0"])
+
+    def rows(folder, name):
+        with open(tmp_path / folder / name, newline="", encoding="utf-8") as handle:
+            return list(csv.reader(handle))[1:]
+
+    for name in ("train.csv", "validation.csv", "test.csv"):  # the extra sizes leave the other files as they were
+        assert rows("nested", name) == rows("plain", name)
+    everything = rows("nested", "train_all.csv")
+    assert len(everything) == plain["labelled"]["train"]["available"]
+    assert rows("nested", "train_60.csv") == everything[:60] and rows("plain", "train.csv") == everything[:30]
+    assert nested["pretrain_train"]["written"] == nested["pretrain_train"]["available"]
+    movie = {split: {text.rsplit(" ", 1)[-1] for text, _ in rows("nested", f"{split}.csv")}
+             for split in ("train_all", "validation", "test")}
+    assert not movie["train_all"] & movie["test"] and not movie["train_all"] & movie["validation"]

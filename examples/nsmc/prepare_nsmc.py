@@ -7,7 +7,11 @@ movies are shuffled and dealt into train / validation / test by `--movie-fractio
 Writes `train.csv`, `validation.csv`, `test.csv` (columns `text,label`, reviews sampled from each split's movies)
 and `pretrain_train.txt` (reviews of the TRAINING movies only, the unlabelled neutral ones included; one review per
 line) plus `pretrain_validation.txt` (reviews of the validation movies) for `hf-elmo pretrain`, and `splits.json`
-with the counts.
+with the counts. `--pretrain-size 0` writes every review of the training movies.
+
+`--extra-train-sizes 100000 0` also writes `train_100000.csv` and `train_all.csv` (0: every labelled review of the
+training movies): prefixes of the same shuffle as `train.csv`, so each size holds the smaller ones and `train.csv`
+is the first `--train-size` rows of them all. The other files do not change with this option.
 """
 
 import argparse
@@ -54,10 +58,17 @@ def split_movies(movie_ids: list[str], fractions: list[float], seed: int) -> dic
 
 
 def sample(items: list, size: int | None, rng: random.Random) -> list:
-    """`size` items drawn without replacement (all of them, shuffled, when `size` is None or too large)."""
+    """`size` items drawn without replacement (all of them, shuffled, when `size` is None, 0 or too large)."""
     items = list(items)
     rng.shuffle(items)
-    return items if size is None else items[:size]
+    return items[:size] if size else items
+
+
+def write_labelled(path: Path, rows: list[tuple[str, int]]) -> None:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["text", "label"])
+        writer.writerows(rows)
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -69,8 +80,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--train-size", type=int, default=20000, help="labelled training reviews")
     parser.add_argument("--validation-size", type=int, default=2000, help="labelled validation reviews")
     parser.add_argument("--test-size", type=int, default=10000, help="labelled test reviews")
+    parser.add_argument("--extra-train-sizes", type=int, nargs="*", default=[],
+                        help="also write train_N.csv for each N (0: train_all.csv, every labelled training review)")
     parser.add_argument("--pretrain-size", type=int, default=200000,
-                        help="pre-training reviews from the training movies (any rating)")
+                        help="pre-training reviews from the training movies (any rating; 0: all of them)")
     parser.add_argument("--pretrain-validation-size", type=int, default=2000,
                         help="pre-training validation reviews from the validation movies")
     parser.add_argument("--seed", type=int, default=0)
@@ -86,13 +99,17 @@ def main(argv: list[str] | None = None) -> dict:
     for split, ids in split_ids.items():
         labelled = [(text, label_of(rating)) for movie in ids for text, rating in movies[movie]
                     if label_of(rating) is not None]
-        chosen = sample(labelled, sizes[split], rng)
-        with open(output_dir / f"{split}.csv", "w", newline="", encoding="utf-8") as handle:
-            writer = csv.writer(handle)
-            writer.writerow(["text", "label"])
-            writer.writerows(chosen)
+        shuffled = sample(labelled, None, rng)
+        chosen = shuffled[:sizes[split]]
+        write_labelled(output_dir / f"{split}.csv", chosen)
         summary["labelled"][split] = {"available": len(labelled), "written": len(chosen),
                                       "positive": sum(label for _, label in chosen)}
+        if split == "train":
+            for size in args.extra_train_sizes:
+                rows = shuffled[:size] if size else shuffled
+                write_labelled(output_dir / f"train_{size or 'all'}.csv", rows)
+                summary["labelled"][f"train_{size or 'all'}"] = {"written": len(rows),
+                                                                 "positive": sum(label for _, label in rows)}
 
     for split, size in (("train", args.pretrain_size), ("validation", args.pretrain_validation_size)):
         texts = [text for movie in split_ids[split] for text, _ in movies[movie]]

@@ -1,0 +1,121 @@
+"""Builds a bundled model folder (`hf_elmo/bundled/NAME`) from a training output: fp16 weights, card, code files.
+
+    python examples/nsmc/bundle.py --model outputs/nsmc/elmo-ko --name ko-nsmc \
+        --check-text outputs/nsmc/data/pretrain_validation.txt
+    python examples/nsmc/bundle.py --model outputs/nsmc/classifier-ko --name ko-nsmc-sentiment \
+        --check-csv outputs/nsmc/data/test.csv
+
+The model (the class named in its config) is saved with `save_pretrained` by the code of this checkout, so the
+code files copied for `trust_remote_code` match it: re-run after changing `hf_elmo`. Weights are stored in
+float16 (half the size) while `config.dtype` stays float32, so `from_pretrained` computes in float32. The card is
+`examples/nsmc/cards/NAME.md`, copied as `README.md`. The stored model is checked against the float32 original:
+on `--check-text` lines, the cosine similarity of every layer's vectors; on `--check-csv`, the classifier's accuracy
+both ways. The folder is written beside its final place and renamed, so it is complete or absent.
+"""
+
+import argparse
+import csv
+import json
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+import hf_elmo
+from hf_elmo import ElmoTokenizer
+
+BUNDLED_DIR = Path(hf_elmo.__file__).resolve().parent / "bundled"
+CARDS_DIR = Path(__file__).resolve().parent / "cards"
+
+
+def load(folder: str | Path):
+    config = hf_elmo.ElmoConfig.from_pretrained(folder)
+    model_class = getattr(hf_elmo, (config.architectures or ["ElmoModel"])[0])
+    return model_class.from_pretrained(folder, dtype=torch.float32).eval(), ElmoTokenizer.from_pretrained(folder)
+
+
+@torch.inference_mode()
+def layer_cosines(original, stored, tokenizer, texts: list[str]) -> dict[str, list[float]]:
+    """Per layer, the mean and the lowest cosine similarity between the two models' vectors over valid positions."""
+    sums, lowest = None, None
+    count = 0
+    for start in range(0, len(texts), 64):
+        batch = tokenizer(texts[start:start + 64], padding=True, truncation=True, max_length=64, return_tensors="pt")
+        mask = batch["attention_mask"].bool()
+        first = original.base_model(**batch, output_hidden_states=True).hidden_states
+        second = stored.base_model(**batch, output_hidden_states=True).hidden_states
+        cosines = torch.stack([torch.nn.functional.cosine_similarity(a, b, dim=-1)[mask]
+                               for a, b in zip(first, second)])
+        sums = cosines.sum(dim=1) if sums is None else sums + cosines.sum(dim=1)
+        lowest = cosines.amin(dim=1) if lowest is None else torch.minimum(lowest, cosines.amin(dim=1))
+        count += int(mask.sum())
+    return {"mean": (sums / count).tolist(), "lowest": lowest.tolist()}
+
+
+@torch.inference_mode()
+def accuracy(model, tokenizer, path: str, names: dict[str, str]) -> float:
+    """The share of the csv's rows whose label (renamed by `names`) the classifier predicts."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle))
+    correct = 0
+    for start in range(0, len(rows), 128):
+        chunk = rows[start:start + 128]
+        batch = tokenizer([row["text"] for row in chunk], padding=True, truncation=True, max_length=64,
+                          return_tensors="pt")
+        predicted = model(**batch).logits.argmax(-1).tolist()
+        correct += sum(model.config.id2label[p] == names.get(row["label"], row["label"])
+                       for p, row in zip(predicted, chunk))
+    return correct / len(rows)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="the training output folder")
+    parser.add_argument("--name", required=True, choices=hf_elmo.BUNDLED_MODELS)
+    parser.add_argument("--check-text", help="text file, one sentence per line: compare the biLM's layers")
+    parser.add_argument("--check-csv", help="csv file with text,label: compare the classifier's accuracy")
+    parser.add_argument("--check-lines", type=int, default=500, help="lines of --check-text used")
+    parser.add_argument("--label-names", nargs="+",
+                        help="names of a classifier's labels, by id (e.g. negative positive)")
+    args = parser.parse_args(argv)
+
+    original, tokenizer = load(args.model)
+    target = BUNDLED_DIR / args.name
+    with tempfile.TemporaryDirectory(dir=BUNDLED_DIR) as temporary:
+        folder = Path(temporary) / args.name
+        stored = load(args.model)[0].to(torch.float16)
+        if args.label_names:
+            if len(args.label_names) != stored.config.num_labels:
+                raise ValueError(f"--label-names needs {stored.config.num_labels} names, got {len(args.label_names)}")
+            # The data's labels (e.g. "0", "1") become names; the ids, and so the weights, stay as trained.
+            renamed = dict(zip((stored.config.id2label[i] for i in range(len(args.label_names))), args.label_names))
+            stored.config.id2label = dict(enumerate(args.label_names))
+            stored.config.label2id = {name: i for i, name in enumerate(args.label_names)}
+        stored.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+        config_path = folder / "config.json"
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        config["dtype"] = "float32"  # computed in float32; only the stored weights are float16
+        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        shutil.copyfile(CARDS_DIR / f"{args.name}.md", folder / "README.md")
+
+        reloaded = load(folder)[0]
+        checks = {"weights_mb": round((folder / "model.safetensors").stat().st_size / 1e6, 2),
+                  "folder_mb": round(sum(f.stat().st_size for f in folder.iterdir()) / 1e6, 2)}
+        if args.check_text:
+            lines = Path(args.check_text).read_text(encoding="utf-8").splitlines()[:args.check_lines]
+            checks["layer_cosines"] = layer_cosines(original, reloaded, tokenizer, lines)
+        if args.check_csv:
+            checks["accuracy_float32"] = accuracy(original, tokenizer, args.check_csv, {})
+            names = renamed if args.label_names else {}
+            checks["accuracy_stored"] = accuracy(reloaded, tokenizer, args.check_csv, names)
+        if target.exists():
+            shutil.rmtree(target)
+        folder.rename(target)
+    print(json.dumps({"folder": str(target), **checks}, indent=2))
+    return checks
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,24 @@
+"""Model folders shipped inside the package, so that hf_elmo works on a machine without network.
+
+- `ko-nsmc`: a Korean ELMo biLM pre-trained on the reviews of the Naver Sentiment Movie Corpus (its training movies).
+- `ko-nsmc-sentiment`: a sentiment classifier (negative / positive) on that biLM, trained on the labelled reviews.
+
+Each folder holds a model card (`README.md`) with its data, commands, cost and measured figures, and loads with
+`from_pretrained` and the Auto classes (or with `trust_remote_code=True` where hf_elmo is not installed).
+"""
+
+from pathlib import Path
+
+BUNDLED_MODELS = ("ko-nsmc", "ko-nsmc-sentiment")
+
+
+def bundled_model_path(name: str) -> str:
+    """The folder of the bundled model `name` (one of `BUNDLED_MODELS`), for `from_pretrained`."""
+    if name not in BUNDLED_MODELS:
+        raise ValueError(f"no bundled model named {name!r}; the bundled models are: {', '.join(BUNDLED_MODELS)}")
+    return str(Path(__file__).resolve().parent / name)
+
+
+def resolve_model_name(name: str) -> str:
+    """`name` itself, or the folder of the bundled model of that name when no local path `name` exists."""
+    return bundled_model_path(name) if name in BUNDLED_MODELS and not Path(name).exists() else name
