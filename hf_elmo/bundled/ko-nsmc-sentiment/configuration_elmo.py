@@ -1,9 +1,13 @@
-"""ELMo configuration: every option of the original `options.json`."""
+"""ELMo configuration: every option of the original `options.json`, and of ELMoForManyLangs' models."""
 
 from transformers import PretrainedConfig
 
+from .alphabet_elmo import CharacterAlphabet
+
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
+# "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
+RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
 
 
 class ElmoConfig(PretrainedConfig):
@@ -27,6 +31,26 @@ class ElmoConfig(PretrainedConfig):
         proj_clip (`float`, *optional*): projected output clipped likewise (`lstm.proj_clip`).
         use_skip_connections (`bool`): each LSTM layer after the first adds its input to its output
             (`lstm.use_skip_connections`).
+        forget_bias (`float`): added to the forget gate at run time; 1.0 is TensorFlow's `LSTMCell` default, with
+            which bilm-tf trained (the original weight files store the bias without it).
+        recurrence_implementation (`str`): `"auto"` runs the fast kernels of `kernels_elmo` where they apply (the
+            in-place recurrence and the character convolutions as matrix products when nothing needs gradients,
+            the hand-written backward when the biLM trains); `"reference"` always runs the reference code under
+            autograd. Settable at `from_pretrained(..., recurrence_implementation="reference")`.
+
+    Models trained by other code (ELMoForManyLangs) also set:
+
+        char_vocab_size (`int`, *optional*): size of a learned character vocabulary; `None` for bilm-tf's byte
+            alphabet (then `n_characters` applies). See `alphabet_elmo.py`.
+        char_markers (`dict[str, int]`, *optional*): with `char_vocab_size`, the id of each marker role
+            (`begin_of_sentence`, `end_of_sentence`, `begin_of_word`, `end_of_word`, `padding`, `unknown`).
+        word_input_vocab_size (`int`, *optional*): words of a word-embedding input (`word_input_ids`), whose vectors
+            are concatenated before the character CNN's output, ahead of the projection; `None` for none.
+        word_input_dim (`int`, *optional*): size of a word-input vector; set with `word_input_vocab_size`.
+        highway_gate (`str`): which side of a highway layer its gate multiplies: `"transform"` (bilm-tf:
+            `g * f(x) + (1 - g) * x`) or `"carry"` (AllenNLP's module, ELMoForManyLangs: `g * x + (1 - g) * f(x)`).
+        always_project (`bool`): project the token representation even when it already has `projection_dim`
+            values (ELMoForManyLangs always does; bilm-tf only when the widths differ).
 
     The task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`) also read:
 
@@ -48,9 +72,14 @@ class ElmoConfig(PretrainedConfig):
 
         word_vocab_size (`int`, *optional*): words of the shared softmax (the tokenizer's word vocabulary).
         n_negative_samples (`int`, *optional*): sampled-softmax candidates per training batch.
+
+    transformers' standard names: `num_hidden_layers` is `n_layers` (so a model returns `num_hidden_layers + 1`
+    hidden states), `hidden_size` is `2 * projection_dim` (read-only; a value given by another model type's config
+    is ignored); other keys such configs write are kept as plain attributes and unused.
     """
 
     model_type = "elmo"
+    attribute_map = {"num_hidden_layers": "n_layers"}
 
     def __init__(
         self,
@@ -66,6 +95,8 @@ class ElmoConfig(PretrainedConfig):
         cell_clip=3.0,
         proj_clip=3.0,
         use_skip_connections=True,
+        forget_bias=1.0,
+        recurrence_implementation="auto",
         freeze_bilm=True,
         mix_layer_norm=False,
         mix_weights=None,
@@ -77,8 +108,17 @@ class ElmoConfig(PretrainedConfig):
         pair_classification=False,
         word_vocab_size=None,
         n_negative_samples=None,
+        char_vocab_size=None,
+        char_markers=None,
+        word_input_vocab_size=None,
+        word_input_dim=None,
+        highway_gate="transform",
+        always_project=False,
         **kwargs,
     ):
+        n_layers = kwargs.pop("num_hidden_layers", n_layers)
+        # Derived from projection_dim: a config.json saved by another model type may carry its own.
+        kwargs.pop("hidden_size", None)
         filters = [list(f) for f in (ORIGINAL_FILTERS if filters is None else filters)]
         if activation not in ("relu", "tanh"):
             raise ValueError(f"activation must be 'relu' or 'tanh', got {activation!r}")
@@ -98,6 +138,12 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"mix_weights needs one value per layer ({n_layers + 1}), got {mix_weights!r}")
         if pooling not in ("mean", "max", "mean_max"):
             raise ValueError(f"pooling must be 'mean', 'max' or 'mean_max', got {pooling!r}")
+        if (char_vocab_size is None) != (char_markers is None):
+            raise ValueError("char_vocab_size and char_markers go together (a learned character vocabulary)")
+        if (word_input_vocab_size is None) != (word_input_dim is None):
+            raise ValueError("word_input_vocab_size and word_input_dim go together (a word-embedding input)")
+        if highway_gate not in ("transform", "carry"):
+            raise ValueError(f"highway_gate must be 'transform' or 'carry', got {highway_gate!r}")
         if task_lstm_dim < 0:
             raise ValueError(f"task_lstm_dim must be 0 (no task BiLSTM) or positive, got {task_lstm_dim}")
         self.char_embedding_dim = char_embedding_dim
@@ -112,6 +158,8 @@ class ElmoConfig(PretrainedConfig):
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
         self.use_skip_connections = use_skip_connections
+        self.forget_bias = float(forget_bias)
+        self.recurrence_implementation = recurrence_implementation
         self.freeze_bilm = freeze_bilm
         self.mix_layer_norm = mix_layer_norm
         self.mix_weights = None if mix_weights is None else [float(w) for w in mix_weights]
@@ -123,7 +171,20 @@ class ElmoConfig(PretrainedConfig):
         self.pair_classification = pair_classification
         self.word_vocab_size = word_vocab_size
         self.n_negative_samples = n_negative_samples
+        self.char_vocab_size = char_vocab_size
+        self.char_markers = None if char_markers is None else dict(char_markers)
+        CharacterAlphabet.from_config(self)  # checks the markers against the size
+        self.word_input_vocab_size = word_input_vocab_size
+        self.word_input_dim = word_input_dim
+        self.highway_gate = highway_gate
+        self.always_project = always_project
         super().__init__(**kwargs)
+
+    def __setattr__(self, key, value):
+        # Checked on every assignment: `from_pretrained(..., recurrence_implementation=...)` sets it after `__init__`.
+        if key == "recurrence_implementation" and value not in RECURRENCE_IMPLEMENTATIONS:
+            raise ValueError(f"recurrence_implementation must be one of {RECURRENCE_IMPLEMENTATIONS}, got {value!r}")
+        super().__setattr__(key, value)
 
     @property
     def n_filters(self) -> int:
@@ -131,13 +192,18 @@ class ElmoConfig(PretrainedConfig):
         return sum(n for _, n in self.filters)
 
     @property
+    def alphabet(self) -> CharacterAlphabet:
+        """The character alphabet (its size and markers) that the model's character table is for."""
+        return CharacterAlphabet.from_config(self)
+
+    @property
     def hidden_size(self) -> int:
         """Width of every representation layer: `[forward ; backward]`."""
         return 2 * self.projection_dim
 
     @property
-    def num_hidden_layers(self) -> int:
-        """Representation layers: the token layer plus one per LSTM layer."""
+    def num_representation_layers(self) -> int:
+        """Layers a model returns and the ELMo mix weighs: the token layer plus one per LSTM layer."""
         return self.n_layers + 1
 
     @classmethod

@@ -1,6 +1,5 @@
 """ELMo (Peters et al., 2018): a character CNN feeding two independent stacks of projected, clipped LSTMs."""
 
-import itertools
 from dataclasses import dataclass
 
 import torch
@@ -12,18 +11,8 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
-from .tokenization_elmo import BEGIN_OF_SENTENCE_CHAR, END_OF_SENTENCE_CHAR
+from .kernels_elmo import dispatch, lstm_layer_in_place, lstm_layer_with_handwritten_backward, max_pooled_by_matmul
 
-# TensorFlow's LSTMCell adds this to the forget gate at run time; the original files store the bias without it.
-FORGET_BIAS = 1.0
-# Rows of the character table: 261 trained characters after a zero row for "no character".
-CHAR_TABLE_ROWS = 262
-# Tests and benchmarks set this to False to run the exact reference paths (`nn.Conv1d` for the character CNN,
-# `ElmoLstmLayer.forward` for the recurrence) even when nothing needs gradients, and autograd through the reference
-# loop instead of `ElmoLstmLayerFunction` when the biLM trains.
-_FAST_PATHS = True
-# Packed rows of input gates the fast recurrence computes at a time (16 MB at the original shapes).
-GATE_CHUNK_ROWS = 256
 # What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
 # `trust_remote_code=True` from the code files saved beside the weights.
 AUTO_MAP = {
@@ -33,20 +22,6 @@ AUTO_MAP = {
     "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
     "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
 }
-
-
-def fast_path_allowed(module: nn.Module, *inputs: torch.Tensor) -> bool:
-    """
-    Fast paths run without autograd and in the parameters' dtype: only where nothing in `module` or `inputs` needs
-    gradients and autocast is off (the reference paths follow autocast op by op).
-    """
-    needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, *module.parameters()))
-    return _FAST_PATHS and not needs_grad and not autocast_enabled(module)
-
-
-def autocast_enabled(module: nn.Module) -> bool:
-    """Whether autocast is on for the device of `module`'s parameters."""
-    return torch.is_autocast_enabled(next(module.parameters()).device.type)
 
 
 @dataclass
@@ -68,10 +43,16 @@ class ElmoModelOutput(ModelOutput):
 
 
 class ElmoHighway(nn.Module):
-    """One highway layer: `gate * relu(x W_n^T + b_n) + (1 - gate) * x` with `gate = sigmoid(x W_g^T + b_g)`."""
+    """
+    One highway layer with `gate = sigmoid(x W_g^T + b_g)` and `f = relu(x W_n^T + b_n)`: `gate * f + (1 - gate) * x`
+    (bilm-tf, `config.highway_gate="transform"`) or `gate * x + (1 - gate) * f` (`"carry"`, ELMoForManyLangs). The
+    two are not folded into one by negating the gate: `1 - sigmoid(z)` and `sigmoid(-z)` round differently.
+    """
 
-    def __init__(self, dim: int):
+    def __init__(self, config: ElmoConfig):
         super().__init__()
+        dim = config.n_filters
+        self.gate_on_carry = config.highway_gate == "carry"
         self.nonlinear_weight = nn.Parameter(torch.empty(dim, dim))
         self.nonlinear_bias = nn.Parameter(torch.empty(dim))
         self.gate_weight = nn.Parameter(torch.empty(dim, dim))
@@ -79,53 +60,96 @@ class ElmoHighway(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate = torch.sigmoid(F.linear(x, self.gate_weight, self.gate_bias))
-        return gate * torch.relu(F.linear(x, self.nonlinear_weight, self.nonlinear_bias)) + (1.0 - gate) * x
+        nonlinear = torch.relu(F.linear(x, self.nonlinear_weight, self.nonlinear_bias))
+        if self.gate_on_carry:
+            return gate * x + (1.0 - gate) * nonlinear
+        return gate * nonlinear + (1.0 - gate) * x
+
+
+def conv_max_pooled(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor:
+    """The reference character convolution: `chars` `(words, chars, char_dim)` -> max over positions `(words, n)`."""
+    return F.conv1d(chars.transpose(1, 2), module.weight, module.bias).amax(dim=-1)
+
+
+class ElmoCharConvolution(nn.Conv1d):
+    """One width of character filters and its max over positions, as one module call (see `kernels_elmo`)."""
+
+    implementations = {"reference": conv_max_pooled, "inference": max_pooled_by_matmul, "training": conv_max_pooled}
+
+    def __init__(self, config: ElmoConfig, width: int, n_filters: int):
+        super().__init__(config.char_embedding_dim, n_filters, width)
+        self.config = config
+
+    def forward(self, chars: torch.Tensor) -> torch.Tensor:
+        """`chars` `(words, max_characters_per_token, char_embedding_dim)` -> `(words, n_filters)`."""
+        return dispatch(self, self.implementations, chars)(self, chars)
 
 
 class ElmoCharacterEncoder(nn.Module):
-    """Context-independent word representation from character ids: embedding, CNN, max-pool, highways, projection."""
+    """
+    Context-independent word representation from character ids: embedding, CNN, max-pool, highways, projection. With
+    a word-embedding input (`config.word_input_vocab_size`), each word's vector comes before the highways' output,
+    ahead of the projection.
+    """
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
-        self.char_embedding = nn.Embedding(CHAR_TABLE_ROWS, config.char_embedding_dim, padding_idx=0)
+        self.char_embedding = nn.Embedding(config.alphabet.table_rows, config.char_embedding_dim, padding_idx=0)
         self.convolutions = nn.ModuleList(
-            nn.Conv1d(config.char_embedding_dim, n_filters, width) for width, n_filters in config.filters
+            ElmoCharConvolution(config, width, n_filters) for width, n_filters in config.filters
         )
         self.activation = torch.tanh if config.activation == "tanh" else torch.relu
-        self.highways = nn.ModuleList(ElmoHighway(config.n_filters) for _ in range(config.n_highway))
-        # bilm-tf projects only when the widths differ.
+        self.highways = nn.ModuleList(ElmoHighway(config) for _ in range(config.n_highway))
+        self.word_embedding = (
+            nn.Embedding(config.word_input_vocab_size, config.word_input_dim)
+            if config.word_input_vocab_size is not None else None
+        )
+        width = config.n_filters + (config.word_input_dim or 0)
+        # bilm-tf projects only when the widths differ; ELMoForManyLangs always does.
         self.projection = (
-            nn.Linear(config.n_filters, config.projection_dim) if config.n_filters != config.projection_dim else None
+            nn.Linear(width, config.projection_dim)
+            if config.always_project or width != config.projection_dim else None
         )
 
-    def forward(self, char_ids: torch.LongTensor) -> torch.Tensor:
-        """`char_ids` `(words, max_characters_per_token)` -> `(words, projection_dim)`."""
+    def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
+        """`char_ids` `(words, max_characters_per_token)` (and `word_ids` `(words,)`) -> `(words, projection_dim)`."""
         chars = self.char_embedding(char_ids)  # (words, chars, char_dim)
-        if fast_path_allowed(self):
-            pooled = self._max_pooled_by_matmul(chars)
-        else:
-            pooled = torch.cat([conv(chars.transpose(1, 2)).amax(dim=-1) for conv in self.convolutions], dim=-1)
-        x = self.activation(pooled)
+        x = self.activation(torch.cat([convolution(chars) for convolution in self.convolutions], dim=-1))
         for highway in self.highways:
             x = highway(x)
+        if self.word_embedding is not None:
+            x = torch.cat([self.word_embedding(word_ids), x], dim=-1)
         return self.projection(x) if self.projection is not None else x
 
-    @torch.no_grad()
-    def _max_pooled_by_matmul(self, chars: torch.Tensor, words_per_chunk: int = 64) -> torch.Tensor:
-        """
-        The convolutions' max over positions, `(words, n_filters)`, as products of each word's character windows
-        `(positions, char_dim * width)` with the flattened filters: equal to the `nn.Conv1d` path within fp32
-        rounding, and ~3x faster on CPU when taken a few words at a time, so that each `(words, positions, filters)`
-        product stays in cache. The bias is added after the max, which commutes with it.
-        """
-        kernels = [conv.weight.flatten(1).t() for conv in self.convolutions]  # (char_dim * width, filters)
-        pooled = []
-        for words in chars.split(words_per_chunk):
-            pooled.append(torch.cat([
-                (words.unfold(1, conv.kernel_size[0], 1).flatten(2) @ kernel).amax(dim=1)
-                for conv, kernel in zip(self.convolutions, kernels)
-            ], dim=-1))
-        return torch.cat(pooled) + torch.cat([conv.bias for conv in self.convolutions])
+
+def lstm_layer_reference(
+    module: "ElmoLstmLayer", inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    The reference recurrence of `module`, step by step under autograd (arguments and results as
+    [`ElmoLstmLayer.forward`]): TensorFlow's `LSTMCell` with `config.forget_bias` added to the forget gate.
+    """
+    input_gates = inputs @ module.input_kernel + module.bias  # every step in one product
+    cell_clip, proj_clip, forget_bias = module.cell_clip, module.proj_clip, module.config.forget_bias
+    # Steps are taken apart with unbind and put together with stack, one autograd node each: indexing a step
+    # of a tensor (or writing one) costs a backward pass over the whole tensor at every step.
+    outputs = []
+    for step, step_input_gates in enumerate(input_gates.unbind(1)):
+        gates = step_input_gates + hidden @ module.recurrent_kernel
+        in_gate, forget_gate, cell_input, out_gate = gates.split(module.cell_dim, dim=-1)
+        new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate + forget_bias) * memory
+        if cell_clip is not None:
+            new_memory = new_memory.clamp(-cell_clip, cell_clip)
+        new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
+        if module.projection_kernel is not None:
+            new_hidden = new_hidden @ module.projection_kernel
+        if proj_clip is not None:
+            new_hidden = new_hidden.clamp(-proj_clip, proj_clip)
+        valid = mask[:, step, None]
+        hidden = torch.where(valid, new_hidden, hidden)
+        memory = torch.where(valid, new_memory, memory)
+        outputs.append(torch.where(valid, new_hidden, 0.0))
+    return torch.stack(outputs, dim=1), hidden, memory
 
 
 class ElmoLstmLayer(nn.Module):
@@ -136,11 +160,20 @@ class ElmoLstmLayer(nn.Module):
     from contiguous `(in, out)` memory than from a transposed `(out, in)` weight when the batch is small.
     """
 
-    def __init__(self, config: ElmoConfig):
+    implementations = {
+        "reference": lstm_layer_reference,
+        "inference": lstm_layer_in_place,
+        "training": lstm_layer_with_handwritten_backward,
+    }
+
+    def __init__(self, config: ElmoConfig, reads_word_vectors: bool = False):
         super().__init__()
+        self.config = config
         cell_dim, projection_dim = config.cell_dim, config.projection_dim
         self.cell_dim = cell_dim
         self.cell_clip = config.cell_clip
+        # The first layer reads context-free word vectors, where a row repeats at every occurrence of its word.
+        self.reads_word_vectors = reads_word_vectors
         # bilm-tf projects (and then clips) the output only when it is narrower than the memory.
         projected = projection_dim < cell_dim
         self.proj_clip = config.proj_clip if projected else None
@@ -156,187 +189,10 @@ class ElmoLstmLayer(nn.Module):
         Runs left to right. `inputs` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool with each row's
         valid steps first, `hidden` `(batch, projection_dim)`, `memory` `(batch, cell_dim)`. Returns the outputs
         `(batch, steps, projection_dim)` (zero at invalid steps) and the state after each row's last valid step.
+        Which of `implementations` runs is decided by `kernels_elmo.dispatch`, on every call.
         """
-        input_gates = inputs @ self.input_kernel + self.bias  # every step in one product
-        # Steps are taken apart with unbind and put together with stack, one autograd node each: indexing a step
-        # of a tensor (or writing one) costs a backward pass over the whole tensor at every step.
-        outputs = []
-        for step, step_input_gates in enumerate(input_gates.unbind(1)):
-            gates = step_input_gates + hidden @ self.recurrent_kernel
-            in_gate, forget_gate, cell_input, out_gate = gates.split(self.cell_dim, dim=-1)
-            new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(
-                forget_gate + FORGET_BIAS
-            ) * memory
-            if self.cell_clip is not None:
-                new_memory = new_memory.clamp(-self.cell_clip, self.cell_clip)
-            new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
-            if self.projection_kernel is not None:
-                new_hidden = new_hidden @ self.projection_kernel
-            if self.proj_clip is not None:
-                new_hidden = new_hidden.clamp(-self.proj_clip, self.proj_clip)
-            valid = mask[:, step, None]
-            hidden = torch.where(valid, new_hidden, hidden)
-            memory = torch.where(valid, new_memory, memory)
-            outputs.append(torch.where(valid, new_hidden, 0.0))
-        return torch.stack(outputs, dim=1), hidden, memory
-
-    def forward_with_handwritten_backward(
-        self, inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The results of [`~ElmoLstmLayer.forward`] from [`ElmoLstmLayerFunction`], whose backward is faster."""
-        return ElmoLstmLayerFunction.apply(
-            inputs, mask, hidden, memory, self.input_kernel, self.recurrent_kernel, self.bias, self.projection_kernel,
-            self.cell_clip, self.proj_clip,
-        )
-
-
-class ElmoLstmLayerFunction(torch.autograd.Function):
-    """
-    One layer of one direction, as [`ElmoLstmLayer.forward`], with a hand-written backward through time for training.
-
-    The forward saves each step's gate activations, states and clip masks, time-major (two thirds of what autograd
-    keeps from the reference loop at the original shapes, most of it the gates). The backward walks the steps
-    in reverse for the gradients of the gates and of the state, then takes each weight's gradient as one product over
-    all steps: autograd through the reference loop adds a `(in, 4 * cell_dim)` product into the gradient at every step.
-    At invalid steps the gates get no gradient and the state's gradient passes through unchanged.
-    """
-
-    @staticmethod
-    def forward(
-        ctx,
-        inputs: torch.Tensor,
-        mask: torch.Tensor,
-        hidden: torch.Tensor,
-        memory: torch.Tensor,
-        input_kernel: torch.Tensor,
-        recurrent_kernel: torch.Tensor,
-        bias: torch.Tensor,
-        projection_kernel: torch.Tensor | None,
-        cell_clip: float | None,
-        proj_clip: float | None,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """
-        Arguments as [`ElmoLstmLayer.forward`] takes them, then the layer's parameters and clips. Returns the outputs
-        `(batch, steps, output_dim)`, zero at invalid steps, and the final `hidden` and `memory`.
-        """
-        batch_size, steps, _ = inputs.shape
-        cell = memory.shape[-1]
-        valid = mask.t()[..., None]  # (steps, batch, 1)
-        # (steps, batch, 4 * cell): the input gates of every step in one product, activated in place step by step.
-        gates = inputs.transpose(0, 1) @ input_kernel + bias
-        hidden_states = hidden.new_empty(steps + 1, *hidden.shape)  # the state before each step and after the last
-        memory_states = memory.new_empty(steps + 1, *memory.shape)
-        hidden_states[0], memory_states[0] = hidden, memory
-        output_dim = cell if projection_kernel is None else projection_kernel.shape[1]
-        outputs = inputs.new_empty(batch_size, steps, output_dim)
-        # Where each clamp passed its gradient (boundaries included), as `torch.clamp` does.
-        in_clip = {"dtype": torch.bool, "device": inputs.device}
-        memory_in_clip = torch.empty(steps, batch_size, cell, **in_clip) if cell_clip is not None else None
-        hidden_in_clip = torch.empty(steps, batch_size, output_dim, **in_clip) if proj_clip is not None else None
-        for step in range(steps):
-            step_gates = gates[step].addmm_(hidden_states[step], recurrent_kernel)
-            in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
-            forget_gate.add_(FORGET_BIAS)
-            step_gates[:, : 2 * cell].sigmoid_()
-            cell_input.tanh_()
-            out_gate.sigmoid_()
-            new_memory = in_gate * cell_input + forget_gate * memory_states[step]
-            if cell_clip is not None:
-                torch.le(new_memory.abs(), cell_clip, out=memory_in_clip[step])
-                new_memory.clamp_(-cell_clip, cell_clip)
-            new_hidden = out_gate * new_memory.tanh()
-            if projection_kernel is not None:
-                new_hidden = new_hidden @ projection_kernel
-            if proj_clip is not None:
-                torch.le(new_hidden.abs(), proj_clip, out=hidden_in_clip[step])
-                new_hidden.clamp_(-proj_clip, proj_clip)
-            step_valid = valid[step]
-            torch.where(step_valid, new_hidden, hidden_states[step], out=hidden_states[step + 1])
-            torch.where(step_valid, new_memory, memory_states[step], out=memory_states[step + 1])
-            outputs[:, step] = torch.where(step_valid, new_hidden, 0.0)
-        ctx.save_for_backward(
-            inputs, mask, input_kernel, recurrent_kernel, projection_kernel, gates, hidden_states, memory_states,
-            memory_in_clip, hidden_in_clip,
-        )
-        return outputs, hidden_states[steps].clone(), memory_states[steps].clone()
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, outputs_grad: torch.Tensor, hidden_grad: torch.Tensor, memory_grad: torch.Tensor):
-        """The gradients of the inputs, the initial state and the parameters; None for the mask and the clips."""
-        (
-            inputs, mask, input_kernel, recurrent_kernel, projection_kernel, gates, hidden_states, memory_states,
-            memory_in_clip, hidden_in_clip,
-        ) = ctx.saved_tensors
-        steps, batch_size, _ = gates.shape
-        cell = memory_states.shape[-1]
-        valid = mask.t()[..., None]
-        gates_grad = torch.empty_like(gates)  # (steps, batch, 4 * cell), zero at invalid steps
-        if projection_kernel is not None:
-            # The projection's inputs and its output's gradient at every step, for its gradient in one product.
-            cell_outputs = memory_states.new_empty(steps, batch_size, cell)
-            projected_grad = hidden_states.new_empty(steps, batch_size, projection_kernel.shape[1])
-        for step in reversed(range(steps)):
-            step_valid = valid[step]
-            in_gate, forget_gate, cell_input, out_gate = gates[step].split(cell, dim=-1)
-            in_grad, forget_grad, cell_input_grad, out_grad = gates_grad[step].split(cell, dim=-1)
-            # `hidden_grad` and `memory_grad` hold the gradient of the state after this step.
-            new_hidden_grad = torch.where(step_valid, hidden_grad + outputs_grad[:, step], 0.0)
-            if hidden_in_clip is not None:
-                new_hidden_grad.mul_(hidden_in_clip[step])
-            memory_tanh = memory_states[step + 1].tanh()
-            if projection_kernel is not None:
-                projected_grad[step] = new_hidden_grad
-                torch.mul(out_gate, memory_tanh, out=cell_outputs[step])
-                # `kernel @ grad^T` rather than `grad @ kernel^T`, here and for the recurrent kernel: at a small
-                # batch, CPU BLAS runs it two to three times faster.
-                cell_output_grad = (projection_kernel @ new_hidden_grad.t()).t()
-            else:
-                cell_output_grad = new_hidden_grad
-            torch.mul(cell_output_grad, memory_tanh, out=out_grad).mul_(out_gate).mul_(1.0 - out_gate)
-            new_memory_grad = torch.where(step_valid, memory_grad, 0.0).addcmul_(
-                cell_output_grad * out_gate, 1.0 - memory_tanh.square()
-            )
-            if memory_in_clip is not None:
-                new_memory_grad.mul_(memory_in_clip[step])
-            torch.mul(new_memory_grad, cell_input, out=in_grad).mul_(in_gate).mul_(1.0 - in_gate)
-            torch.mul(new_memory_grad, memory_states[step], out=forget_grad).mul_(forget_gate).mul_(1.0 - forget_gate)
-            torch.mul(new_memory_grad, in_gate, out=cell_input_grad).mul_(1.0 - cell_input.square())
-            # Rows at invalid steps have no gate gradient: their state's gradient is carried to the earlier step.
-            hidden_grad = torch.where(step_valid, (recurrent_kernel @ gates_grad[step].t()).t(), hidden_grad)
-            memory_grad = torch.where(step_valid, new_memory_grad * forget_gate, memory_grad)
-
-        needs_grad = ctx.needs_input_grad
-        flat_gates_grad = gates_grad.view(steps * batch_size, -1)
-        inputs_grad = input_kernel_grad = recurrent_kernel_grad = bias_grad = projection_kernel_grad = None
-        if needs_grad[0]:
-            inputs_grad = (flat_gates_grad @ input_kernel.t()).view(steps, batch_size, -1).transpose(0, 1)
-        if needs_grad[4]:
-            input_kernel_grad = inputs.transpose(0, 1).reshape(steps * batch_size, -1).t() @ flat_gates_grad
-        if needs_grad[5]:
-            recurrent_kernel_grad = hidden_states[:steps].view(steps * batch_size, -1).t() @ flat_gates_grad
-        if needs_grad[6]:
-            bias_grad = flat_gates_grad.sum(dim=0)
-        if needs_grad[7]:
-            projection_kernel_grad = cell_outputs.view(steps * batch_size, cell).t() @ projected_grad.flatten(0, 1)
-        return (
-            inputs_grad, None, hidden_grad, memory_grad, input_kernel_grad, recurrent_kernel_grad, bias_grad,
-            projection_kernel_grad, None, None,
-        )
-
-
-def gate_chunks(step_starts: list[int], max_rows: int) -> list[tuple[int, int]]:
-    """
-    Consecutive steps grouped into `(first, end)` ranges of at most `max_rows` packed rows (a step with more rows is a
-    range of its own). Step `s` owns rows `step_starts[s]:step_starts[s + 1]`.
-    """
-    chunks, first = [], 0
-    steps = len(step_starts) - 1
-    for step in range(steps):
-        if step > first and step_starts[step + 1] - step_starts[first] > max_rows:
-            chunks.append((first, step))
-            first = step
-    return chunks + [(first, steps)] if steps > 0 else []
+        recurrence = dispatch(self, self.implementations, inputs, hidden, memory)
+        return recurrence(self, inputs, mask, hidden, memory)
 
 
 def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -352,25 +208,33 @@ class ElmoBiLm(nn.Module):
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
+        self.projection_dim = config.projection_dim
         self.use_skip_connections = config.use_skip_connections
-        self.forward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.n_layers))
-        self.backward_layers = nn.ModuleList(ElmoLstmLayer(config) for _ in range(config.n_layers))
+        self.forward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
+        self.backward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
 
     def forward(
         self, tokens: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
     ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """
         `tokens` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool, right-padded; `hidden`, `memory` the
-        initial state `(n_layers, 2, batch, dim)`. Returns each layer's `[forward ; backward]` output and the final
-        state in the layout of the initial one.
+        initial state `(n_layers, 2, batch, dim)`. Returns the `n_layers + 1` layers `[forward ; backward]` (the
+        first `[tokens ; tokens]`) and the final state in the layout of the initial one. Each layer reads its input
+        from the layer returned before it, so that the returned layers are the tensors of the autograd graph.
         """
         lengths = mask.sum(dim=1)
-        layer_outputs, final_hidden, final_memory = self.run_stacks(
-            tokens, reverse_valid_steps(tokens, lengths), mask, hidden, memory
-        )
-        joined = [torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1)
-                  for forward_output, backward_output in layer_outputs]
-        return joined, final_hidden, final_memory
+        layers = [torch.cat([tokens, tokens], dim=-1)]
+        final_hidden, final_memory = [], []
+        for index in range(len(self.forward_layers)):
+            forward_input = layers[-1][..., : self.projection_dim]
+            backward_input = reverse_valid_steps(layers[-1][..., self.projection_dim :], lengths)
+            (forward_output, backward_output), layer_hidden, layer_memory = self.run_layer(
+                index, forward_input, backward_input, mask, hidden[index], memory[index]
+            )
+            layers.append(torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1))
+            final_hidden.append(layer_hidden)
+            final_memory.append(layer_memory)
+        return layers, torch.stack(final_hidden), torch.stack(final_memory)
 
     def run_stacks(
         self,
@@ -385,36 +249,19 @@ class ElmoBiLm(nn.Module):
         one reversed within each row's valid steps), under one `mask`. Returns each layer's `(forward_output,
         backward_output)` in those orders and the final state in the layout of the initial one.
         """
-        fast = fast_path_allowed(self, forward_input, backward_input, hidden, memory)
-        # Under autograd: the reference loop's results with a hand-written backward, or the reference loop itself
-        # when the fast paths are off or autocast picks each operation's dtype.
-        handwritten_backward = _FAST_PATHS and not autocast_enabled(self)
         final_hidden, final_memory = [], []
         layer_outputs = []
-        for index, (forward_layer, backward_layer) in enumerate(zip(self.forward_layers, self.backward_layers)):
-            if fast:
-                (forward_output, backward_output), layer_hidden, layer_memory = self._run_layer_in_place(
-                    index, forward_input, backward_input, mask, hidden[index], memory[index]
-                )
-            else:
-                directions = []
-                layers_and_inputs = ((forward_layer, forward_input), (backward_layer, backward_input))
-                for direction, (layer, inputs) in enumerate(layers_and_inputs):
-                    run = layer.forward_with_handwritten_backward if handwritten_backward else layer
-                    directions.append(run(inputs, mask, hidden[index, direction], memory[index, direction]))
-                (forward_output, forward_h, forward_c), (backward_output, backward_h, backward_c) = directions
-                layer_hidden, layer_memory = torch.stack([forward_h, backward_h]), torch.stack([forward_c, backward_c])
-            if self.use_skip_connections and index > 0:
-                forward_output = forward_output + forward_input
-                backward_output = backward_output + backward_input
-            layer_outputs.append((forward_output, backward_output))
+        for index in range(len(self.forward_layers)):
+            outputs, layer_hidden, layer_memory = self.run_layer(
+                index, forward_input, backward_input, mask, hidden[index], memory[index]
+            )
+            layer_outputs.append(outputs)
             final_hidden.append(layer_hidden)
             final_memory.append(layer_memory)
-            forward_input, backward_input = forward_output, backward_output
+            forward_input, backward_input = outputs
         return layer_outputs, torch.stack(final_hidden), torch.stack(final_memory)
 
-    @torch.no_grad()
-    def _run_layer_in_place(
+    def run_layer(
         self,
         index: int,
         forward_input: torch.Tensor,
@@ -422,86 +269,24 @@ class ElmoBiLm(nn.Module):
         mask: torch.Tensor,
         hidden: torch.Tensor,
         memory: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    ) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor, torch.Tensor]:
         """
-        Both directions of layer `index`, without autograd, for when nothing needs gradients: the results of each
-        direction's [`ElmoLstmLayer.forward`] within fp32 rounding.
-
-        Rows are sorted by length so that the rows still running at any step are a prefix of the batch: padded
-        positions cost nothing, ended rows simply keep their final state, and no step needs a mask. The input gates
-        of the valid positions come `GATE_CHUNK_ROWS` packed rows at a time, from one matrix product (in layer 0, a
-        copy from the gates of the distinct words, each projected once); each step adds its recurrent product to its
-        slice of those input gates and does the gate arithmetic there, in place.
-
-        Inputs `(batch, steps, projection_dim)` each (the backward one already reversed), `mask` `(batch, steps)`,
-        `hidden` `(2, batch, projection_dim)`, `memory` `(2, batch, cell_dim)`. Returns outputs
-        `(2, batch, steps, projection_dim)`, zero at invalid steps, and the final `hidden` and `memory`.
+        Layer `index` of both stacks, each on its input in its reading order, from the state `hidden`, `memory`
+        `(2, batch, dim)`. Returns `(forward_output, backward_output)` (skip connection added) and the final state.
         """
+        directions = []
         layers = (self.forward_layers[index], self.backward_layers[index])
-        batch_size, steps, input_dim = forward_input.shape
-        cell, cell_clip, proj_clip = layers[0].cell_dim, layers[0].cell_clip, layers[0].proj_clip
-        projected = layers[0].projection_kernel is not None
-        lengths = mask.sum(dim=1)
-        order = torch.argsort(lengths, descending=True, stable=True)
-        packed_mask = mask[order].t()  # (steps, batch): the valid positions in time-major order
-        running = [rows for rows in packed_mask.sum(dim=1).tolist() if rows > 0]  # rows still running at each step
-        step_starts = [0, *itertools.accumulate(running)]  # step `s` owns rows `step_starts[s]:step_starts[s + 1]`
-        chunks = gate_chunks(step_starts, GATE_CHUNK_ROWS)
-
-        packed_inputs = [inputs[order].transpose(0, 1)[packed_mask] for inputs in (forward_input, backward_input)]
-        if index == 0:
-            # The first layer reads context-free word vectors, one row per occurrence of a word: project each
-            # distinct row once and copy its gates to every position holding it.
-            distinct, where = torch.unique(torch.cat(packed_inputs), dim=0, return_inverse=True)
-            distinct_gates = [distinct @ layer.input_kernel for layer in layers]
-            positions = where.chunk(2)
-
-        hidden, memory = hidden[:, order], memory[:, order]  # indexing copies: the arguments stay untouched
-        packed_outputs = forward_input.new_empty(2, step_starts[-1], hidden.shape[-1])
-        cell_output = forward_input.new_empty(batch_size, cell) if projected else None
-        # The input gates of a chunk of steps at a time, in one buffer: small enough to stay in cache between their
-        # product and their steps, and to be reused rather than freshly mapped (page faults) for every chunk.
-        largest_chunk = max((step_starts[end] - step_starts[first] for first, end in chunks), default=0)
-        gate_buffer = forward_input.new_empty(largest_chunk, 4 * cell)
-        # One direction after the other: interleaving them per step doubles the weights each step reads, which is
-        # slower at small batches, where the recurrence is bound by memory traffic.
-        for direction, layer in enumerate(layers):
-            direction_hidden, direction_memory = hidden[direction], memory[direction]
-            # Added to each step's gates while they are in cache rather than in a pass over all input gates.
-            gate_bias = layer.bias.clone()
-            gate_bias[cell : 2 * cell] += FORGET_BIAS
-            for first_step, end_step in chunks:
-                chunk = slice(step_starts[first_step], step_starts[end_step])
-                chunk_gates = gate_buffer[: chunk.stop - chunk.start]
-                if index == 0:
-                    torch.index_select(distinct_gates[direction], 0, positions[direction][chunk], out=chunk_gates)
-                else:
-                    torch.mm(packed_inputs[direction][chunk], layer.input_kernel, out=chunk_gates)
-                for step in range(first_step, end_step):
-                    rows, start = running[step], step_starts[step] - chunk.start
-                    step_gates = chunk_gates[start : start + rows]  # overwritten in place: each is read once
-                    step_gates.addmm_(direction_hidden[:rows], layer.recurrent_kernel).add_(gate_bias)
-                    in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
-                    step_gates[:, : 2 * cell].sigmoid_()
-                    out_gate.sigmoid_()
-                    step_memory = direction_memory[:rows]
-                    step_memory.mul_(forget_gate).addcmul_(in_gate, cell_input.tanh_())
-                    if cell_clip is not None:
-                        step_memory.clamp_(-cell_clip, cell_clip)
-                    step_hidden = direction_hidden[:rows]
-                    if projected:
-                        torch.tanh(step_memory, out=cell_output[:rows]).mul_(out_gate)
-                        torch.mm(cell_output[:rows], layer.projection_kernel, out=step_hidden)
-                    else:
-                        torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
-                    if proj_clip is not None:
-                        step_hidden.clamp_(-proj_clip, proj_clip)
-                    packed_outputs[direction, step_starts[step] : step_starts[step + 1]] = step_hidden
-
-        outputs = packed_outputs.new_zeros(2, steps, batch_size, hidden.shape[-1])
-        outputs[:, packed_mask] = packed_outputs
-        restore = torch.argsort(order)
-        return outputs.transpose(1, 2)[:, restore], hidden[:, restore], memory[:, restore]
+        for direction, (layer, inputs) in enumerate(zip(layers, (forward_input, backward_input))):
+            # Under a `device_map` each layer runs and returns on its own device; the stacks go on from the mask's.
+            output, layer_hidden, layer_memory = (
+                result.to(mask.device) for result in layer(inputs, mask, hidden[direction], memory[direction])
+            )
+            if self.use_skip_connections and index > 0:
+                output = output + inputs
+            directions.append((output, layer_hidden, layer_memory))
+        (forward_output, forward_h, forward_c), (backward_output, backward_h, backward_c) = directions
+        final_hidden, final_memory = torch.stack([forward_h, backward_h]), torch.stack([forward_c, backward_c])
+        return (forward_output, backward_output), final_hidden, final_memory
 
 
 class ElmoScalarMix(nn.Module):
@@ -534,8 +319,8 @@ class ElmoScalarMix(nn.Module):
 
     @classmethod
     def from_config(cls, config: ElmoConfig) -> "ElmoScalarMix":
-        return cls(config.num_hidden_layers, config.mix_layer_norm, config.mix_weights, config.mix_l2_coefficient,
-                   config.mix_dropout)
+        return cls(config.num_representation_layers, config.mix_layer_norm, config.mix_weights,
+                   config.mix_l2_coefficient, config.mix_dropout)
 
     @torch.no_grad()
     def reset_parameters(self):
@@ -546,8 +331,14 @@ class ElmoScalarMix(nn.Module):
             self.scalar_parameters.copy_(torch.tensor(self.fixed_weights))
         self.gamma.fill_(1.0)
 
-    def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
-        """`layers`: `num_layers` tensors `(batch, positions, dim)`; `mask` `(batch, positions)`. Returns their mix."""
+    def forward(
+        self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor, with_penalty: bool = False
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        """
+        `layers`: `num_layers` tensors `(batch, positions, dim)`; `mask` `(batch, positions)`. Returns their mix, and
+        with `with_penalty` also `penalty()`, taken within this call (where hooks such as accelerate's offloading
+        have loaded the weights).
+        """
         if len(layers) != self.num_layers:
             raise ValueError(f"ElmoScalarMix expects {self.num_layers} layers, got {len(layers)}")
         weights = torch.softmax(self.scalar_parameters, dim=0)
@@ -557,7 +348,8 @@ class ElmoScalarMix(nn.Module):
             if self.layer_norm:
                 layer = self._normalised(layer, valid)
             mixed = mixed + weight * layer
-        return self.dropout(self.gamma * mixed)
+        mixed = self.dropout(self.gamma * mixed)
+        return (mixed, self.penalty()) if with_penalty else mixed
 
     @staticmethod
     def _normalised(layer: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
@@ -574,12 +366,32 @@ class ElmoScalarMix(nn.Module):
         return self.l2_coefficient * (self.scalar_parameters**2).sum()
 
 
+def refuse_attention_and_embeddings(inputs_embeds: torch.Tensor | None, output_attentions: bool | None):
+    """
+    Accepts the standard `inputs_embeds` and `output_attentions` keywords (PEFT's task wrappers pass them as None) and
+    refuses any value, with the reason.
+    """
+    if inputs_embeds is not None:
+        raise ValueError("ELMo takes character ids, not inputs_embeds: each word's vector is computed from the "
+                         "embeddings of its characters by the CNN; pass input_ids")
+    if output_attentions:
+        raise ValueError("ELMo has no attention to output: it is a character CNN and LSTMs; use output_hidden_states")
+
+
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
-    _no_split_modules = ["ElmoLstmLayer"]
+    # Modules whose forward combines the results of their children (or, for a layer, its own weights): each must sit
+    # on one device. Every kernel runs inside its own module's call, where accelerate's hooks have loaded the weights.
+    _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer", "ElmoTaskEncoder"]
+
+    def resize_token_embeddings(self, *args, **kwargs):
+        raise NotImplementedError(
+            "ELMo reads a fixed alphabet of character ids (bytes: 262 ids, 256 bytes, 5 markers, a zero row for no "
+            "character; or a learned vocabulary saved with its tokenizer): there are no word tokens to resize"
+        )
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`."""
@@ -592,7 +404,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """bilm-tf's initialisation: scaled normal weights, zero biases, highway gates biased to carry."""
         if isinstance(module, nn.Embedding):
             nn.init.uniform_(module.weight, -1.0, 1.0)
-            module.weight[0].zero_()
+            if module.padding_idx is not None:  # the character table's "no character" row
+                module.weight[module.padding_idx].zero_()
         elif isinstance(module, nn.Conv1d):
             nn.init.normal_(module.weight, std=(1.0 / (module.in_channels * module.kernel_size[0])) ** 0.5)
             nn.init.zeros_(module.bias)
@@ -629,15 +442,53 @@ class ElmoModel(ElmoPreTrainedModel):
         self.bilm = ElmoBiLm(config)
         self.post_init()
 
-    def embed_words(self, input_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
+    def get_input_embeddings(self) -> nn.Embedding:
+        """The character table, `(alphabet rows, char_embedding_dim)` (262 rows for bytes): the lookup of input ids."""
+        return self.char_encoder.char_embedding
+
+    def set_input_embeddings(self, value: nn.Embedding):
+        expected = (self.config.alphabet.table_rows, self.config.char_embedding_dim)
+        if not isinstance(value, nn.Embedding) or tuple(value.weight.shape) != expected:
+            raise ValueError(f"the character table must be an nn.Embedding of shape {expected} (a fixed alphabet)")
+        self.char_encoder.char_embedding = value
+
+    def embed_words(
+        self, input_ids: torch.LongTensor, mask: torch.Tensor, word_input_ids: torch.LongTensor | None = None
+    ) -> torch.Tensor:
         """
-        Context-independent representation of every position: `input_ids` `(batch, positions, chars)` ->
-        `(batch, positions, projection_dim)`, zero at padded positions. Each distinct word is encoded once.
+        Context-independent representation of every position: `input_ids` `(batch, positions, chars)` (and
+        `word_input_ids` `(batch, positions)`) -> `(batch, positions, projection_dim)`, zero at padded positions.
+        Each distinct word (character row and word id) is encoded once.
         """
         flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
-        distinct_ids, where = torch.unique(flat_ids, dim=0, return_inverse=True)
-        embedded = self.char_encoder(distinct_ids)[where]
+        if word_input_ids is not None:  # a word is its row and its word id: the id rides along as a last column
+            flat_ids = torch.cat([flat_ids, word_input_ids.reshape(-1, 1).to(flat_ids.dtype)], dim=-1)
+        if torch.compiler.is_exporting() or torch.compiler.is_compiling():
+            # The number of distinct words is data-dependent: a traced graph encodes every position.
+            distinct_ids, where = flat_ids, None
+        else:
+            distinct_ids, where = torch.unique(flat_ids, dim=0, return_inverse=True)
+        if word_input_ids is None:
+            embedded = self.char_encoder(distinct_ids)
+        else:
+            embedded = self.char_encoder(distinct_ids[:, :-1], distinct_ids[:, -1])
+        if where is not None:
+            # Under a `device_map` the encoder returns on its own device.
+            embedded = embedded.to(where.device)[where]
         return embedded.view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
+
+    def _validated_word_inputs(self, input_ids: torch.Tensor, word_input_ids: torch.Tensor | None):
+        """`word_input_ids` checked against the config: needed exactly when the model reads a word embedding."""
+        if self.config.word_input_vocab_size is None:
+            if word_input_ids is not None:
+                raise ValueError("word_input_ids were given, but this model reads no word embedding")
+            return None
+        if word_input_ids is None:
+            raise ValueError("this model also reads word_input_ids (from its ElmoTokenizer); none were given")
+        if word_input_ids.shape != input_ids.shape[:-1]:
+            raise ValueError(f"word_input_ids shape {tuple(word_input_ids.shape)} does not match input_ids "
+                             f"{tuple(input_ids.shape[:-1])}")
+        return word_input_ids
 
     def forward(
         self,
@@ -648,6 +499,9 @@ class ElmoModel(ElmoPreTrainedModel):
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
         token_type_ids: torch.Tensor | None = None,
+        inputs_embeds: None = None,
+        output_attentions: bool | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput | tuple:
         r"""
         Args:
@@ -661,18 +515,23 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states (`bool`, *optional*): also return all `n_layers + 1` representation layers.
             token_type_ids (`torch.Tensor`, *optional*): accepted for sentence-pair batches from the tokenizer; the
                 biLM does not use it.
+            inputs_embeds, output_attentions: transformers' standard keywords, accepted as `None` (every head takes
+                them); ELMo has neither, so a value is refused.
+            word_input_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word id of every
+                position, for models with a word-embedding input (`config.word_input_vocab_size`); from the tokenizer.
         """
         output_hidden_states = (
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
+        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
         mask = self._validated_mask(input_ids, attention_mask)
         hidden, memory = self._validated_state(initial_state, input_ids.shape[0], input_ids.device)
+        word_input_ids = self._validated_word_inputs(input_ids, word_input_ids)
 
-        tokens = self.embed_words(input_ids, mask)
-        layer_outputs, final_hidden, final_memory = self.bilm(tokens, mask, hidden, memory)
-        token_layer = torch.cat([tokens, tokens], dim=-1)
-        all_layers = (token_layer, *layer_outputs)
+        tokens = self.embed_words(input_ids, mask, word_input_ids)
+        all_layers, final_hidden, final_memory = self.bilm(tokens, mask, hidden, memory)
+        all_layers = tuple(all_layers)
 
         output = ElmoModelOutput(
             last_hidden_state=all_layers[-1],
@@ -682,19 +541,25 @@ class ElmoModel(ElmoPreTrainedModel):
         return output if return_dict else output.to_tuple()
 
     @torch.no_grad()
-    def windowed_hidden_states(self, input_ids: torch.LongTensor, window: int) -> tuple[torch.Tensor, ...]:
+    def windowed_hidden_states(
+        self, input_ids: torch.LongTensor, window: int, word_input_ids: torch.LongTensor | None = None
+    ) -> tuple[torch.Tensor, ...]:
         """
         All `n_layers + 1` layers of ONE unpadded sequence `input_ids` `(positions, chars)` (with its `<S>`/`</S>`
         rows), each `(positions, hidden_size)`, computed `window` positions at a time with the LSTM state carried:
         equal to one pass, with LSTM memory bounded by the window. The forward stacks run over the windows in order,
-        the backward stacks over them in reverse order, since they read the sequence right to left.
+        the backward stacks over them in reverse order, since they read the sequence right to left. Models with a
+        word-embedding input also take the sequence's `word_input_ids` `(positions,)`.
         """
         if input_ids.dim() != 2 or input_ids.shape[-1] != self.config.max_characters_per_token:
             raise ValueError(f"input_ids must have shape (positions, {self.config.max_characters_per_token}), "
                              f"got {tuple(input_ids.shape)}")
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
-        tokens = torch.cat([self.char_encoder(chunk) for chunk in input_ids.split(window)])
+        word_input_ids = self._validated_word_inputs(input_ids, word_input_ids)
+        chunks = input_ids.split(window)
+        word_chunks = word_input_ids.split(window) if word_input_ids is not None else [None] * len(chunks)
+        tokens = torch.cat([self.char_encoder(chunk, words) for chunk, words in zip(chunks, word_chunks)])
         hidden, memory = self._validated_state(None, 1, tokens.device)
         # Window k of each direction in its reading order: both splits give windows of the same lengths.
         window_outputs = []
@@ -716,13 +581,15 @@ class ElmoModel(ElmoPreTrainedModel):
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         layer_weights: list[float] | torch.Tensor | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> torch.Tensor:
         """
         One vector per sentence, like TF-Hub ELMo's "default" output: the mean over each row's words (not `<S>`,
         `</S>` or padding) of `sum_j w_j h_j`, with `layer_weights` `w` (one per layer, used as given) defaulting to
         the plain average of the `n_layers + 1` layers. Returns `(batch, 2 * projection_dim)`.
         """
-        layers = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True)
+        layers = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True,
+                      word_input_ids=word_input_ids)
         layers = layers.hidden_states
         weights = torch.full((len(layers),), 1.0 / len(layers)) if layer_weights is None else layer_weights
         weights = torch.as_tensor(weights, dtype=layers[0].dtype, device=layers[0].device)
@@ -730,7 +597,7 @@ class ElmoModel(ElmoPreTrainedModel):
             raise ValueError(f"layer_weights needs {len(layers)} values, got shape {tuple(weights.shape)}")
         mixed = sum(weight * layer for weight, layer in zip(weights, layers))
         mask = self._validated_mask(input_ids, attention_mask)
-        return masked_pool(mixed, word_positions(input_ids, mask), "mean")
+        return masked_pool(mixed, word_positions(input_ids, mask, self.config), "mean")
 
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The boolean `(batch, positions)` mask, checked to be right-padded."""
@@ -749,7 +616,9 @@ class ElmoModel(ElmoPreTrainedModel):
                                  f"{tuple(input_ids.shape[:2])}")
             mask = attention_mask.bool()
         lengths = mask.sum(dim=1, keepdim=True)
-        if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
+        # An exported or compiled graph cannot raise on values: the check runs in eager mode only.
+        exporting = torch.compiler.is_exporting() or torch.compiler.is_compiling()
+        if not exporting and not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
             raise ValueError("attention_mask must mark each row's valid positions first (right padding)")
         return mask
 
@@ -768,12 +637,13 @@ class ElmoModel(ElmoPreTrainedModel):
         return hidden.to(dtype), memory.to(dtype)
 
 
-def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor) -> torch.Tensor:
+def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor, config: ElmoConfig) -> torch.Tensor:
     """`(batch, positions)` bool: valid positions that hold a word, not `<S>`, `</S>` or padding."""
-    # Only boundary rows hold the sentence markers (bytes are 0-255); ids are shifted by one.
+    # Only boundary rows hold a sentence marker, right after the begin-of-word marker: a word's characters are never
+    # markers. The alphabet (bytes or learned) says which ids those are.
+    begin, end = config.alphabet.sentence_marker_row_ids()
     marker = input_ids[..., 1]
-    boundary = (marker == BEGIN_OF_SENTENCE_CHAR + 1) | (marker == END_OF_SENTENCE_CHAR + 1)
-    return mask & ~boundary
+    return mask & (marker != begin) & (marker != end)
 
 
 class ElmoTaskEncoder(nn.Module):
@@ -795,21 +665,25 @@ class ElmoTaskEncoder(nn.Module):
         )
         self.output_dim = 2 * config.task_lstm_dim if self.lstm is not None else width
 
-    def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> torch.Tensor:
+    def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """
-        `layers` the biLM's `n_layers + 1` outputs, `mask` `(batch, positions)` -> `(batch, positions, output_dim)`.
+        `layers` the biLM's `n_layers + 1` outputs, `mask` `(batch, positions)` -> the features `(batch, positions,
+        output_dim)` and the mix's L2 penalty for the loss.
         """
-        features = self.mix(layers, mask)
+        features, penalty = self.mix(layers, mask, with_penalty=True)
         if self.concat_token_representation:
             # Layer 0 is [x ; x]: its first half is the context-independent representation.
             features = torch.cat([layers[0][..., : self.projection_dim], features], dim=-1)
         if self.lstm is not None:
+            if torch.compiler.is_exporting():
+                raise RuntimeError("a head with a task BiLSTM (task_lstm_dim > 0) cannot be exported: it packs the "
+                                   "sequences by their lengths, values an exported graph cannot depend on")
             lengths = mask.sum(dim=1).clamp(min=1).cpu()
             packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
             output, _ = self.lstm(packed)
             features, _ = pad_packed_sequence(output, batch_first=True, total_length=mask.shape[1])
             features = features * mask.unsqueeze(-1).to(features.dtype)
-        return features
+        return features, penalty
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -851,13 +725,20 @@ class ElmoHeadModel(ElmoPreTrainedModel):
         self.elmo.requires_grad_(not self.config.freeze_bilm)
         self.task_encoder.mix.scalar_parameters.requires_grad_(self.config.mix_weights is None)
 
-    def _encode(self, input_ids, attention_mask, output_hidden_states):
-        """The task features `(batch, positions, dim)`, the valid mask, and the biLM output."""
+    def _encode(self, input_ids, attention_mask, output_hidden_states, word_input_ids=None):
+        """
+        The task features `(batch, positions, dim)`, the valid mask, the biLM's layers when asked for, and the mix's
+        L2 penalty.
+        """
+        output_hidden_states = (
+            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
+        )
         mask = self.elmo._validated_mask(input_ids, attention_mask)
-        elmo_output = self.elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True)
-        features = self.task_encoder(elmo_output.hidden_states, mask)
+        elmo_output = self.elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True,
+                                word_input_ids=word_input_ids)
+        features, penalty = self.task_encoder(elmo_output.hidden_states, mask)
         hidden_states = elmo_output.hidden_states if output_hidden_states else None
-        return features, mask, hidden_states
+        return features.to(mask.device), mask, hidden_states, penalty
 
 
 class ElmoForSequenceClassification(ElmoHeadModel):
@@ -881,6 +762,9 @@ class ElmoForSequenceClassification(ElmoHeadModel):
         labels: torch.Tensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        inputs_embeds: None = None,
+        output_attentions: bool | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> SequenceClassifierOutput | tuple:
         r"""
         Args:
@@ -889,10 +773,14 @@ class ElmoForSequenceClassification(ElmoHeadModel):
                 1 for the second; needed with `config.pair_classification`.
             labels (`torch.Tensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*): class indices, or
                 targets for regression / multi-label classification, following `config.problem_type`.
+            word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
+        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        features, mask, hidden_states = self._encode(input_ids, attention_mask, output_hidden_states)
-        words = word_positions(input_ids, mask)
+        features, mask, hidden_states, penalty = self._encode(
+            input_ids, attention_mask, output_hidden_states, word_input_ids
+        )
+        words = word_positions(input_ids, mask, self.config)
         if self.config.pair_classification:
             if token_type_ids is None:
                 raise ValueError("config.pair_classification needs token_type_ids marking the second sentence")
@@ -906,7 +794,8 @@ class ElmoForSequenceClassification(ElmoHeadModel):
 
         loss = None
         if labels is not None:
-            loss = self._classification_loss(logits, labels) + self.task_encoder.mix.penalty()
+            loss = self._classification_loss(logits, labels.to(logits.device))
+            loss = loss + penalty.to(loss.device)
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
         return output if return_dict else output.to_tuple()
 
@@ -949,15 +838,22 @@ class ElmoForTokenClassification(ElmoHeadModel):
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        inputs_embeds: None = None,
+        output_attentions: bool | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> TokenClassifierOutput | tuple:
         r"""
         Args:
             input_ids, attention_mask: as for [`ElmoModel`]; `token_type_ids` is accepted and unused.
             labels (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the class of each position; -100
                 (and any label at a boundary or padded position) is ignored.
+            word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
+        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        features, mask, hidden_states = self._encode(input_ids, attention_mask, output_hidden_states)
+        features, mask, hidden_states, penalty = self._encode(
+            input_ids, attention_mask, output_hidden_states, word_input_ids
+        )
         logits = self.classifier(features)
 
         loss = None
@@ -965,9 +861,9 @@ class ElmoForTokenClassification(ElmoHeadModel):
             if labels.shape != mask.shape:
                 raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, positions), got "
                                  f"{tuple(labels.shape)}")
-            labels = labels.masked_fill(~word_positions(input_ids, mask), -100)
+            labels = labels.masked_fill(~word_positions(input_ids, mask, self.config), -100).to(logits.device)
             loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
-            loss = loss + self.task_encoder.mix.penalty()
+            loss = loss + penalty.to(loss.device)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
         return output if return_dict else output.to_tuple()
 
@@ -978,7 +874,8 @@ class ElmoForTokenClassification(ElmoHeadModel):
         output that has `word_ids()`, one `(label, probability)` per word of each sentence, labels from
         `config.id2label`. Batched pairs are not supported.
         """
-        inputs = {key: encoding[key].to(self.device) for key in ("input_ids", "attention_mask") if key in encoding}
+        inputs = {key: encoding[key].to(self.device) for key in ("input_ids", "attention_mask", "word_input_ids")
+                  if key in encoding}
         probabilities = self(**inputs).logits.softmax(dim=-1)
         scores, labels = probabilities.max(dim=-1)
         sentences = []
@@ -1003,13 +900,36 @@ class ElmoForPreTrainingOutput(ModelOutput):
             under the forward LM (sampled softmax in training mode, exact softmax in eval mode).
         backward_loss (`torch.FloatTensor` of shape `()`, *optional*): the same for each previous word under the
             backward LM.
+        forward_logits (`torch.FloatTensor` of shape `(batch, positions, word_vocab_size)`, *optional*): the exact
+            softmax's logits of the next word under the forward LM at every position; returned when no `labels` are
+            given (`log_softmax(-1)` of them is [`ElmoForPreTraining.word_log_probs`]).
+        backward_logits (`torch.FloatTensor` of shape `(batch, positions, word_vocab_size)`, *optional*): the same
+            for the previous word under the backward LM.
         hidden_states (`tuple(torch.FloatTensor)`, *optional*): the biLM's layers, as in [`ElmoModelOutput`].
     """
 
     loss: torch.FloatTensor | None = None
     forward_loss: torch.FloatTensor | None = None
     backward_loss: torch.FloatTensor | None = None
+    forward_logits: torch.FloatTensor | None = None
+    backward_logits: torch.FloatTensor | None = None
     hidden_states: tuple[torch.FloatTensor, ...] | None = None
+
+
+class ElmoWordSoftmax(nn.Linear):
+    """
+    The word softmax shared by both directions: states `(..., projection_dim)` -> logits `(..., word_vocab_size)`.
+    Given `targets` `(rows,)` and `candidates` `(n,)` with states `(rows, projection_dim)`, it returns only the logit
+    of each row's target `(rows,)` and the candidates' logits `(rows, n)`, for a sampled softmax.
+    """
+
+    def forward(
+        self, states: torch.Tensor, targets: torch.Tensor | None = None, candidates: torch.Tensor | None = None
+    ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
+        if targets is None:
+            return super().forward(states)
+        target_logits = (states * self.weight[targets]).sum(-1) + self.bias[targets]
+        return target_logits, F.linear(states, self.weight[candidates], self.bias[candidates])
 
 
 def log_expected_counts(ids: torch.Tensor, vocab_size: int, num_sampled: int) -> torch.Tensor:
@@ -1051,7 +971,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if not isinstance(vocab_size, int) or vocab_size < 2:
             raise ValueError(f"ElmoForPreTraining needs config.word_vocab_size (an int >= 2), got {vocab_size!r}")
         self.elmo = ElmoModel(config)
-        self.softmax = nn.Linear(config.projection_dim, vocab_size)
+        self.softmax = ElmoWordSoftmax(config.projection_dim, vocab_size)
         self.post_init()
 
     def forward(
@@ -1061,6 +981,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
         return_dict: bool | None = None,
+        inputs_embeds: None = None,
+        output_attentions: bool | None = None,
+        word_input_ids: torch.LongTensor | None = None,
     ) -> ElmoForPreTrainingOutput | tuple:
         r"""
         Args:
@@ -1068,11 +991,19 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             attention_mask (`torch.Tensor` of shape `(batch, positions)`, *optional*): 1 for valid positions.
             labels (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word id at every position,
                 `<S>` and `</S>` included (from `ElmoTokenizer(..., return_word_labels=True)`); -100 is ignored.
+                Without labels, the output holds the exact softmax's logits of both directions at every position
+                (`batch * positions * word_vocab_size` floats each) instead of the losses.
+            word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
+        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.elmo(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=True)
-        forward_loss = backward_loss = loss = None
-        if labels is not None:
+        outputs = self.elmo(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=True,
+                            word_input_ids=word_input_ids)
+        forward_loss = backward_loss = loss = forward_logits = backward_logits = None
+        if labels is None:
+            top, dim = outputs.last_hidden_state, self.config.projection_dim
+            forward_logits, backward_logits = self.softmax(top[..., :dim]), self.softmax(top[..., dim:])
+        else:
             if labels.shape != input_ids.shape[:2]:
                 raise ValueError(f"labels must have shape {tuple(input_ids.shape[:2])}, got {tuple(labels.shape)}")
             valid = self.elmo._validated_mask(input_ids, attention_mask)
@@ -1090,7 +1021,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             backward_loss = self._direction_loss(backward_states, backward_targets, negatives)
             loss = (forward_loss + backward_loss) / 2
         output = ElmoForPreTrainingOutput(
-            loss=loss, forward_loss=forward_loss, backward_loss=backward_loss, hidden_states=outputs.hidden_states
+            loss=loss, forward_loss=forward_loss, backward_loss=backward_loss, forward_logits=forward_logits,
+            backward_logits=backward_logits, hidden_states=outputs.hidden_states,
         )
         return output if return_dict else output.to_tuple()
 
@@ -1108,11 +1040,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if targets.min() < 0 or targets.max() >= self.softmax.out_features:
             raise ValueError(f"labels must be word ids in [0, {self.softmax.out_features}) or -100")
         if negatives is None:
-            return F.cross_entropy(self.softmax(states).float(), targets)
+            return F.cross_entropy(self.softmax(states).float().to(targets.device), targets)
         vocab_size, num_sampled = self.softmax.out_features, negatives.numel()
-        weight, bias = self.softmax.weight, self.softmax.bias
-        true_logits = ((states * weight[targets]).sum(-1) + bias[targets]).float()
-        sampled_logits = F.linear(states, weight[negatives], bias[negatives]).float()
+        true_logits, sampled_logits = (logits.float().to(targets.device)
+                                       for logits in self.softmax(states, targets, negatives))
         sampled_logits = sampled_logits - log_expected_counts(negatives, vocab_size, num_sampled)
         sampled_logits = sampled_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
         logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
@@ -1126,10 +1057,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         Exact log-probabilities `(batch, positions, word_vocab_size)` of the next word (forward LM) and of the
         previous word (backward LM) at every position.
         """
-        top = self.elmo(input_ids, attention_mask, return_dict=True).last_hidden_state
-        dim = self.config.projection_dim
-        forward_logits, backward_logits = self.softmax(top[..., :dim]), self.softmax(top[..., dim:])
-        return forward_logits.float().log_softmax(-1), backward_logits.float().log_softmax(-1)
+        output = self(input_ids, attention_mask, return_dict=True)
+        return output.forward_logits.float().log_softmax(-1), output.backward_logits.float().log_softmax(-1)
 
 
 __all__ = [

@@ -5,6 +5,7 @@ The mapping is the one the released weights were trained with (bilm-tf's `Unicod
 end-of-word markers and padded; every id is then shifted by one so that an all-zero row means "no word here".
 """
 
+import json
 import os
 from collections.abc import Sequence
 
@@ -12,16 +13,24 @@ import numpy as np
 from tokenizers import Tokenizer, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizerBase
 
-BEGIN_OF_SENTENCE_CHAR = 256
-END_OF_SENTENCE_CHAR = 257
-BEGIN_OF_WORD_CHAR = 258
-END_OF_WORD_CHAR = 259
-PADDING_CHAR = 260
+from .alphabet_elmo import (
+    BEGIN_OF_SENTENCE_CHAR,
+    BYTE_ALPHABET_SIZE,
+    BYTE_BOUNDARY_WORDS,
+    BYTE_VALUES,
+    CHAR_VOCAB_FILE,
+    END_OF_SENTENCE_CHAR,
+    ID_SHIFT,
+    CharacterAlphabet,
+)
 
-BOS_TOKEN = "<S>"
-EOS_TOKEN = "</S>"
+BOS_TOKEN, EOS_TOKEN = BYTE_BOUNDARY_WORDS
 UNK_TOKEN = "<UNK>"
 WORD_VOCAB_FILE = "word_vocab.json"
+WORD_INPUT_VOCAB_FILE = "word_input_vocab.json"
+# The unknown and padding words of a word-input vocabulary (ELMoForManyLangs' `word.dic` names them so).
+WORD_INPUT_UNKNOWN, WORD_INPUT_PADDING = "<oov>", "<pad>"
+BYTE_ALPHABET = CharacterAlphabet()
 
 PRE_TOKENIZERS = {
     "whitespace_split": pre_tokenizers.WhitespaceSplit,
@@ -32,24 +41,15 @@ PRE_TOKENIZERS = {
 
 def word_to_char_ids(word: str, max_characters_per_token: int) -> list[int]:
     """
-    The shifted character ids of one word, a list of `max_characters_per_token` ints in [1, 261]. The words `<S>`
-    and `</S>` are the sentence boundaries, as in the original vocabulary.
+    The shifted byte-alphabet character ids of one word, a list of `max_characters_per_token` ints in [1, 261]. The
+    words `<S>` and `</S>` are the sentence boundaries, as in the original vocabulary.
     """
-    if not isinstance(word, str):
-        raise TypeError(f"a word must be a str, got {type(word).__name__}: {word!r}")
-    if word in (BOS_TOKEN, EOS_TOKEN):
-        marker = BEGIN_OF_SENTENCE_CHAR if word == BOS_TOKEN else END_OF_SENTENCE_CHAR
-        return boundary_char_ids(marker, max_characters_per_token)
-    encoded = word.encode("utf-8", "ignore")[: max_characters_per_token - 2]
-    ids = [BEGIN_OF_WORD_CHAR, *encoded, END_OF_WORD_CHAR]
-    ids += [PADDING_CHAR] * (max_characters_per_token - len(ids))
-    return [i + 1 for i in ids]
+    return BYTE_ALPHABET.word_row(word, max_characters_per_token)
 
 
 def boundary_char_ids(marker: int, max_characters_per_token: int) -> list[int]:
-    """The shifted character ids of the `<S>` (marker 256) or `</S>` (257) row."""
-    ids = [BEGIN_OF_WORD_CHAR, marker, END_OF_WORD_CHAR] + [PADDING_CHAR] * (max_characters_per_token - 3)
-    return [i + 1 for i in ids]
+    """The shifted byte-alphabet character ids of the `<S>` (marker 256) or `</S>` (257) row."""
+    return BYTE_ALPHABET.boundary_row(marker == END_OF_SENTENCE_CHAR, max_characters_per_token)
 
 
 class ElmoBatchEncoding(BatchEncoding):
@@ -68,10 +68,13 @@ class ElmoBatchEncoding(BatchEncoding):
 
 class ElmoTokenizer(PreTrainedTokenizerBase):
     r"""
-    Turns sentences into rows of character ids, one row per word, with `<S>` and `</S>` rows around each sentence.
+    Turns sentences into rows of character ids, one row per word, with boundary rows (`<S>` and `</S>`) around each
+    sentence.
 
     `input_ids` has shape `(batch, positions, max_characters_per_token)` and `attention_mask` `(batch, positions)`.
-    A word given in a pre-split list is always one position, whatever characters it holds.
+    A word given in a pre-split list is always one position, whatever characters it holds. The vocabulary units are
+    characters (as for ByT5 and CANINE): `get_vocab()`, `len()` and `convert_tokens_to_ids` speak of characters;
+    `encode` and `decode` of sentences, each position a word.
 
     Args:
         max_characters_per_token (`int`): length of each character row (50 for the released models).
@@ -81,16 +84,27 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         vocab_file (`str`, *optional*): a `tokenizers` `WordLevel` tokenizer JSON holding the word vocabulary of a
             language model (with `<S>`, `</S>` and `<UNK>`); it lets `__call__(..., return_word_labels=True)` give
             the word id of every position as `labels`. Saved and loaded with the tokenizer.
+        char_vocab_file (`str`, *optional*): a learned character vocabulary saved by
+            [`~alphabet_elmo.CharacterAlphabet`]; without it, words are rows of UTF-8 bytes (bilm-tf's alphabet). With
+            it, the sentence boundaries are the words `<bos>` and `<eos>`.
+        word_input_vocab_file (`str`, *optional*): a JSON object word -> id (with `<oov>` and `<pad>`) for models that
+            also read a word embedding (ELMoForManyLangs): the output then holds `word_input_ids` `(batch,
+            positions)`, the id of each position's word as its row holds it (cut to the row), looked up exactly.
     """
 
-    model_input_names = ["input_ids", "attention_mask"]
-    vocab_files_names = {"vocab_file": WORD_VOCAB_FILE}
+    vocab_files_names = {
+        "vocab_file": WORD_VOCAB_FILE,
+        "char_vocab_file": CHAR_VOCAB_FILE,
+        "word_input_vocab_file": WORD_INPUT_VOCAB_FILE,
+    }
 
     def __init__(
         self,
         max_characters_per_token: int = 50,
         pre_tokenizer: str = "whitespace_split",
         vocab_file: str | None = None,
+        char_vocab_file: str | None = None,
+        word_input_vocab_file: str | None = None,
         **kwargs,
     ):
         if max_characters_per_token < 3:
@@ -99,43 +113,120 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             raise ValueError(f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}, got {pre_tokenizer!r}")
         if kwargs.get("padding_side", "right") != "right":
             raise ValueError("ElmoTokenizer pads on the right only: the backward LSTM reads each row from its end")
-        kwargs.setdefault("bos_token", BOS_TOKEN)
-        kwargs.setdefault("eos_token", EOS_TOKEN)
+        self.alphabet = BYTE_ALPHABET if char_vocab_file is None else CharacterAlphabet.from_file(char_vocab_file)
+        if word_input_vocab_file is not None and not self.alphabet.learned:
+            raise ValueError("a word-input vocabulary goes with a learned character vocabulary (char_vocab_file=)")
+        kwargs.setdefault("bos_token", self.alphabet.boundary_words[0])
+        kwargs.setdefault("eos_token", self.alphabet.boundary_words[1])
         self.max_characters_per_token = max_characters_per_token
         self.pre_tokenizer = pre_tokenizer
         self._splitter = PRE_TOKENIZERS[pre_tokenizer]()
-        self._bos_row = boundary_char_ids(BEGIN_OF_SENTENCE_CHAR, max_characters_per_token)
-        self._eos_row = boundary_char_ids(END_OF_SENTENCE_CHAR, max_characters_per_token)
+        self._bos_row = self.alphabet.boundary_row(False, max_characters_per_token)
+        self._eos_row = self.alphabet.boundary_row(True, max_characters_per_token)
         self._pad_row = [0] * max_characters_per_token
         self._row_cache: dict[str, list[int]] = {}
         self.word_tokenizer = None if vocab_file is None else _read_word_vocab(vocab_file)
         self._word_to_id = None if vocab_file is None else self.word_tokenizer.get_vocab()
+        self.word_input_vocab = None if word_input_vocab_file is None else _read_word_input_vocab(word_input_vocab_file)
+        self._symbols = self._character_symbols()
+        self._symbol_by_id = {i: symbol for symbol, i in self._symbols.items()}
         super().__init__(max_characters_per_token=max_characters_per_token, pre_tokenizer=pre_tokenizer, **kwargs)
+        self.model_input_names = ["input_ids", "attention_mask"] + (
+            ["word_input_ids"] if self.word_input_vocab is not None else []
+        )
 
-    # -- the vocabulary is the fixed byte alphabet: nothing to save or add ------------------------------------------
+    @classmethod
+    def _from_pretrained(cls, resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs):
+        # No file is required (a byte alphabet needs none), so transformers would build a default tokenizer from a
+        # path that does not exist: a typo would go unnoticed.
+        if not os.path.isdir(pretrained_model_name_or_path) and not any(resolved_vocab_files.values()):
+            raise OSError(f"{pretrained_model_name_or_path} is not a folder, and no ElmoTokenizer files were found "
+                          "for it on the Hub or in the Hub cache")
+        return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
+
+    # -- the vocabulary: characters ---------------------------------------------------------------------------------
+
+    def _character_symbols(self) -> dict[str, int]:
+        """Each character id's symbol -> the id as rows hold it (shifted); `<no character>` is 0, padding rows."""
+        symbols = {"<no character>": 0}
+        if self.alphabet.learned:
+            symbols.update({symbol: i + ID_SHIFT for symbol, i in self.alphabet.symbols.items()})
+        else:
+            # Bytes as ByT5 names them (one character per byte value), then the markers.
+            symbols.update({chr(byte): byte + ID_SHIFT for byte in range(BYTE_VALUES)})
+            names = ("<bos>", "<eos>", "<bow>", "<eow>", "<pad>")
+            markers = range(BEGIN_OF_SENTENCE_CHAR, BYTE_ALPHABET_SIZE)
+            symbols.update({name: marker + ID_SHIFT for name, marker in zip(names, markers)})
+        return symbols
 
     @property
     def vocab_size(self) -> int:
-        return 262
+        """Character ids a row can hold, 0 ("no character") included: the rows of the model's character table."""
+        return self.alphabet.table_rows
+
+    def __len__(self) -> int:
+        return self.vocab_size
 
     def get_vocab(self) -> dict[str, int]:
-        return {}
+        """Character symbol -> id (as rows hold it): bytes as `chr(byte)` and markers as `<bos>`, `<eow>`, ..."""
+        return dict(self._symbols)
 
     @property
     def added_tokens_decoder(self) -> dict:
         return {}
 
-    def convert_tokens_to_ids(self, tokens: str | list[str]) -> None | list[None]:
-        """There are no token ids (a word is a row of character ids): every token maps to `None`."""
-        return None if isinstance(tokens, str) else [None] * len(tokens)
+    @property
+    def bos_token_id(self) -> None:
+        """`None`: the `<S>` position is a whole row of character ids (see `encode`), not one id."""
+        return None
+
+    @property
+    def eos_token_id(self) -> None:
+        """`None`: the `</S>` position is a whole row of character ids (see `encode`), not one id."""
+        return None
+
+    def convert_tokens_to_ids(self, tokens: str | list[str]) -> int | list[int]:
+        """
+        The id of a character symbol (see `get_vocab`); an unknown character of a learned alphabet gets `<oov>`'s
+        id. The boundary words give the id of their sentence marker, which tells their rows apart.
+        """
+        if not isinstance(tokens, str):
+            return [self.convert_tokens_to_ids(token) for token in tokens]
+        if tokens in self._symbols:
+            return self._symbols[tokens]
+        if tokens in self.alphabet.boundary_words:
+            return self.alphabet.sentence_marker_row_ids()[self.alphabet.boundary_words.index(tokens)]
+        if self.alphabet.learned:
+            return self.alphabet.markers["unknown"] + ID_SHIFT
+        raise ValueError(f"{tokens!r} is not one byte nor a marker: the byte alphabet's tokens are single bytes "
+                         f"(chr(0)..chr(255)); use __call__ or encode for words")
+
+    def convert_ids_to_tokens(self, ids: int | list[int], skip_special_tokens: bool = False) -> str | list[str]:
+        """The symbol of a character id (or of each id of a list); `skip_special_tokens` drops the markers."""
+        if isinstance(ids, int):
+            if ids not in self._symbol_by_id:
+                raise ValueError(f"{ids} is not a character id (0..{self.vocab_size - 1})")
+            return self._symbol_by_id[ids]
+        markers = {marker + ID_SHIFT for marker in self.alphabet.markers.values()} | {0}
+        if self.alphabet.learned:
+            markers.discard(self.alphabet.markers["unknown"] + ID_SHIFT)
+        return [self.convert_ids_to_tokens(i) for i in ids if not (skip_special_tokens and i in markers)]
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
-        """Writes the word vocabulary (if any) as a `tokenizers` JSON; the character alphabet needs no file."""
-        if self.word_tokenizer is None:
-            return ()
-        path = os.path.join(save_directory, (filename_prefix + "-" if filename_prefix else "") + WORD_VOCAB_FILE)
-        self.word_tokenizer.save(path)
-        return (path,)
+        """Writes the word vocabulary, the learned character vocabulary and the word-input vocabulary (any held)."""
+        prefix = filename_prefix + "-" if filename_prefix else ""
+        paths = []
+        if self.word_tokenizer is not None:
+            paths.append(os.path.join(save_directory, prefix + WORD_VOCAB_FILE))
+            self.word_tokenizer.save(paths[-1])
+        if self.alphabet.learned:
+            paths.append(os.path.join(save_directory, prefix + CHAR_VOCAB_FILE))
+            self.alphabet.save(paths[-1])
+        if self.word_input_vocab is not None:
+            paths.append(os.path.join(save_directory, prefix + WORD_INPUT_VOCAB_FILE))
+            with open(paths[-1], "w", encoding="utf-8") as handle:
+                json.dump(self.word_input_vocab, handle, ensure_ascii=False, indent=0)
+        return tuple(paths)
 
     def _save_pretrained(self, save_directory, file_names, legacy_format=None, filename_prefix=None):
         return tuple(file_names) + self.save_vocabulary(str(save_directory), filename_prefix)
@@ -165,43 +256,67 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """The character-id row of one word (cached)."""
         row = self._row_cache.get(word)
         if row is None:
-            row = word_to_char_ids(word, self.max_characters_per_token)
+            row = self.alphabet.word_row(word, self.max_characters_per_token)
             if len(self._row_cache) < 1_000_000:
                 self._row_cache[word] = row
         return row
+
+    def word_input_id(self, word: str) -> int:
+        """The word-input id of a word as its row holds it (cut to the row's characters); `<oov>`'s when unknown."""
+        vocab = self.word_input_vocab
+        return vocab.get(self.alphabet.cut(word, self.max_characters_per_token), vocab[WORD_INPUT_UNKNOWN])
 
     def __call__(
         self,
         text=None,
         text_pair=None,
-        is_split_into_words: bool = False,
+        text_target=None,
+        text_pair_target=None,
         add_special_tokens: bool = True,
         padding=False,
         truncation=None,
         max_length: int | None = None,
+        stride: int = 0,
+        is_split_into_words: bool = False,
         pad_to_multiple_of: int | None = None,
+        padding_side: str | None = None,
         return_tensors=None,
-        return_attention_mask: bool | None = None,
         return_token_type_ids: bool | None = None,
+        return_attention_mask: bool | None = None,
+        return_overflowing_tokens: bool = False,
+        return_special_tokens_mask: bool = False,
+        return_offsets_mapping: bool = False,
         return_length: bool = False,
+        verbose: bool = True,
+        split_special_tokens: bool = False,
         return_word_labels: bool = False,
         **kwargs,
     ) -> ElmoBatchEncoding:
         """
         Encodes one sentence or a batch.
 
-        `text` is a string, a list of strings, or, with `is_split_into_words=True`, a list of words or a list of
-        such lists. `text_pair`, of the same form, gives second sentences (e.g. for NLI): each is encoded after the
-        first as its own `<S> ... </S>` and marked by `token_type_ids` 1. With `return_word_labels=True` (needs a
-        word vocabulary), `labels` holds the word id of every position, `<S>` and `</S>` included, -100 at padding:
-        the targets of [`ElmoForPreTraining`].
+        `text` is a string, a list of strings, a list of `(text, pair)` tuples, or, with `is_split_into_words=True`,
+        a list of words, a list of such lists, or a list of `(words, pair_words)` tuples. `text_pair`, of the form of
+        `text`, gives second sentences (e.g. for NLI): each is encoded after the first as its own `<S> ... </S>` and
+        marked by `token_type_ids` 1. With `return_word_labels=True` (needs a word vocabulary), `labels` holds the
+        word id of every position, `<S>` and `</S>` included, -100 at padding: the targets of
+        [`ElmoForPreTraining`]. `return_special_tokens_mask` marks the boundary positions; `return_offsets_mapping`
+        gives each word's `(start, end)` in its string (`(0, 0)` for boundaries); `split_special_tokens=True`
+        encodes the words `<S>` and `</S>` of the text as ordinary words.
         """
-        unknown = set(kwargs) - {"verbose", "return_special_tokens_mask", "return_offsets_mapping",
-                                 "return_overflowing_tokens", "stride", "padding_side"}
-        if unknown:
-            raise TypeError(f"ElmoTokenizer.__call__ got unexpected arguments: {sorted(unknown)}")
-        if kwargs.get("padding_side", "right") != "right":
+        if kwargs:
+            raise TypeError(f"ElmoTokenizer.__call__ got unexpected arguments: {sorted(kwargs)}")
+        if text_target is not None or text_pair_target is not None:
+            raise ValueError("ElmoTokenizer has no target side: ELMo is an encoder without a decoder to read targets")
+        if return_overflowing_tokens or stride:
+            raise ValueError("ElmoTokenizer cannot return overflowing tokens: each sentence is one sequence, and "
+                             "truncation drops the words past max_length")
+        if padding_side not in (None, "right"):
             raise ValueError("ElmoTokenizer pads on the right only")
+        if text is None:
+            raise ValueError("ElmoTokenizer needs text to encode")
+        if text_pair is None and _is_batch_of_pairs(text, is_split_into_words):
+            text, text_pair = [first for first, _ in text], [second for _, second in text]
         batched, firsts = self._as_batch_of_words(text, is_split_into_words, "text")
         seconds = None
         if text_pair is not None:
@@ -214,21 +329,36 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
 
         if return_word_labels and self._word_to_id is None:
             raise ValueError("return_word_labels=True needs a word vocabulary: create the tokenizer with vocab_file=")
-        rows_batch, word_ids_batch, type_ids_batch, labels_batch = [], [], [], []
+        if return_offsets_mapping:
+            offsets_of = self._offsets(text, text_pair, batched, is_split_into_words)
+        rows_batch, word_ids_batch, type_ids_batch, labels_batch, word_inputs_batch = [], [], [], [], []
+        offsets_batch = []
         for i, words in enumerate(firsts):
             pair = seconds[i] if seconds is not None else None
-            rows, word_ids, type_ids = self._encode_one(words, pair, add_special_tokens, limit)
+            rows, word_ids, type_ids = self._encode_one(words, pair, add_special_tokens, limit, split_special_tokens)
             rows_batch.append(rows)
             word_ids_batch.append(word_ids)
             type_ids_batch.append(type_ids)
+            sentences = (words, pair)
             if return_word_labels:
-                labels_batch.append(self._word_labels(words, pair, rows, word_ids, type_ids))
+                labels_batch.append(self._word_labels(sentences, rows, word_ids, type_ids))
+            if self.word_input_vocab is not None:
+                word_inputs_batch.append(self._word_inputs(sentences, rows, word_ids, type_ids))
+            if return_offsets_mapping:
+                offsets_batch.append([(0, 0) if word is None else offsets_of[i][type_id][word]
+                                      for word, type_id in zip(word_ids, type_ids)])
 
         data = {"input_ids": rows_batch}
+        if self.word_input_vocab is not None:
+            data["word_input_ids"] = word_inputs_batch
         if return_attention_mask is not False:
             data["attention_mask"] = [[1] * len(rows) for rows in rows_batch]
         if return_token_type_ids or (return_token_type_ids is None and seconds is not None):
             data["token_type_ids"] = type_ids_batch
+        if return_special_tokens_mask:
+            data["special_tokens_mask"] = [[int(word is None) for word in ids] for ids in word_ids_batch]
+        if return_offsets_mapping:
+            data["offset_mapping"] = offsets_batch
         if return_length:
             data["length"] = [len(rows) for rows in rows_batch]
         if padding not in (False, None, "do_not_pad"):
@@ -245,6 +375,32 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             # transformers' generic conversion walks the nested lists item by item; numpy reads them ~10x faster.
             data = {key: _int64_tensor(value, return_tensors) for key, value in data.items()}
         return ElmoBatchEncoding(data, word_ids=word_ids_batch, tensor_type=return_tensors)
+
+    def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs) -> list[str]:
+        """
+        The words a raw string becomes, one per position (with the boundary words when `add_special_tokens`). A
+        position's id is a row of character ids: get them with `encode` or `__call__`, not `convert_tokens_to_ids`,
+        which maps characters.
+        """
+        if kwargs:
+            raise TypeError(f"ElmoTokenizer.tokenize got unexpected arguments: {sorted(kwargs)}")
+        bos, eos = self.alphabet.boundary_words
+        words = []
+        for sentence in [text] if pair is None else [text, pair]:
+            split = self.split_words(sentence)
+            words.extend([bos, *split, eos] if add_special_tokens else split)
+        return words
+
+    def encode(self, text, text_pair=None, add_special_tokens: bool = True, **kwargs) -> list[list[int]]:
+        """The `input_ids` of one sentence (or pair): a list of character-id rows, one per position."""
+        if not isinstance(text, str) and not kwargs.get("is_split_into_words"):
+            raise TypeError(f"encode takes one sentence (a str, or a list of words with is_split_into_words=True), "
+                            f"got {type(text).__name__}: use __call__ for batches")
+        return self(text, text_pair=text_pair, add_special_tokens=add_special_tokens, **kwargs)["input_ids"]
+
+    def num_special_tokens_to_add(self, pair: bool = False) -> int:
+        """Boundary positions added around one sentence (2) or a pair (4)."""
+        return 4 if pair else 2
 
     def _as_batch_of_words(self, text, is_split_into_words: bool, name: str) -> tuple[bool, list[list[str]]]:
         """Normalises the accepted input forms to `(was_batched, list of word lists)`."""
@@ -269,7 +425,18 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                     raise TypeError(f"a word must be a str, got {type(word).__name__}: {word!r}")
         return batched, [list(sentence) for sentence in sentences]
 
-    def _encode_one(self, words, pair, add_special_tokens, limit):
+    def _offsets(self, text, text_pair, batched: bool, is_split_into_words: bool) -> list[tuple[list, list]]:
+        """`(start, end)` of each word in its string (each word alone when pre-split), per example and sentence."""
+        def spans(sentence):
+            if is_split_into_words:
+                return [(0, len(word)) for word in sentence]
+            return [span for _, span in self._splitter.pre_tokenize_str(sentence)]
+
+        firsts = text if batched else [text]
+        seconds = (text_pair if batched else [text_pair]) if text_pair is not None else [None] * len(firsts)
+        return [(spans(first), spans(second) if second is not None else []) for first, second in zip(firsts, seconds)]
+
+    def _encode_one(self, words, pair, add_special_tokens, limit, split_special_tokens=False):
         """Rows, word ids and token type ids of one (possibly paired) example, truncated to `limit` positions."""
         n_special = (2 if add_special_tokens else 0) * (1 if pair is None else 2)
         if limit is not None:
@@ -287,7 +454,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             if add_special_tokens:
                 rows.append(self._bos_row)
                 word_ids.append(None)
-            rows.extend(self.word_to_row(word) for word in sentence)
+            rows.extend(self._plain_row(word) if split_special_tokens else self.word_to_row(word) for word in sentence)
             word_ids.extend(range(len(sentence)))
             if add_special_tokens:
                 rows.append(self._eos_row)
@@ -295,7 +462,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             type_ids.extend([type_id] * (len(rows) - len(type_ids)))
         return rows, word_ids, type_ids
 
-    def _word_labels(self, words, pair, rows, word_ids, type_ids) -> list[int]:
+    def _plain_row(self, word: str) -> list[int]:
+        """The row of `word` read as characters even when it is a boundary word (`split_special_tokens=True`)."""
+        return self.alphabet.word_row(word, self.max_characters_per_token, boundary_words=False)
+
+    def _word_labels(self, sentences, rows, word_ids, type_ids) -> list[int]:
         """The word-vocabulary id of every position of one encoded example."""
         bos_id, eos_id = self.word_to_id(BOS_TOKEN), self.word_to_id(EOS_TOKEN)
         labels = []
@@ -303,8 +474,16 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             if word_id is None:
                 labels.append(bos_id if row is self._bos_row else eos_id)
             else:
-                labels.append(self.word_to_id((words if type_id == 0 else pair)[word_id]))
+                labels.append(self.word_to_id(sentences[type_id][word_id]))
         return labels
+
+    def _word_inputs(self, sentences, rows, word_ids, type_ids) -> list[int]:
+        """The word-input id of every position of one encoded example (boundaries as their words)."""
+        vocab, unknown = self.word_input_vocab, self.word_input_vocab[WORD_INPUT_UNKNOWN]
+        bos_id, eos_id = (vocab.get(word, unknown) for word in self.alphabet.boundary_words)
+        return [(bos_id if row is self._bos_row else eos_id) if word_id is None
+                else self.word_input_id(sentences[type_id][word_id])
+                for row, word_id, type_id in zip(rows, word_ids, type_ids)]
 
     # -- padding ----------------------------------------------------------------------------------------------------
 
@@ -315,7 +494,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if pad_to_multiple_of:
             target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
         pad_values = {"input_ids": self._pad_row, "attention_mask": 0, "token_type_ids": 0,
-                      "special_tokens_mask": 1}
+                      "special_tokens_mask": 1, "offset_mapping": (0, 0)}
+        if self.word_input_vocab is not None:
+            pad_values["word_input_ids"] = self.word_input_vocab[WORD_INPUT_PADDING]
         padded = {}
         for key, batch in data.items():
             if key not in pad_values:
@@ -338,7 +519,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """
         Pads already-encoded features (a list of dicts, or a dict of lists) to a common number of positions, as
         the stock data collators ask. Tensors are accepted and turned into lists first. Keys other than
-        `input_ids`, `attention_mask`, `token_type_ids` and `special_tokens_mask` are passed through unchanged.
+        `input_ids`, `attention_mask`, `token_type_ids`, `special_tokens_mask` and `word_input_ids` are passed
+        through unchanged.
         """
         if padding_side not in (None, "right"):
             raise ValueError("ElmoTokenizer pads on the right only")
@@ -352,27 +534,81 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         data = {key: [_to_list(item) for item in value] for key, value in encoded_inputs.items()}
         if any(not rows or not isinstance(rows[0], list) for rows in data["input_ids"]):
             raise ValueError("each feature's input_ids must be a list of character-id rows")
+        if self.word_input_vocab is not None and "word_input_ids" not in data:
+            raise ValueError("this tokenizer's model also reads word_input_ids: the features lack them")
         if return_attention_mask is not False and "attention_mask" not in data:
             data["attention_mask"] = [[1] * len(rows) for rows in data["input_ids"]]
         if padding not in (False, None, "do_not_pad"):
             data = self._pad_lists(data, max_length if padding == "max_length" else None, pad_to_multiple_of)
         return ElmoBatchEncoding(data, tensor_type=return_tensors)
 
-    # -- decoding (words are not recoverable beyond their first bytes, but rows decode faithfully) -------------------
+    # -- decoding (words are not recoverable beyond the characters a row holds, but rows decode faithfully) ----------
 
-    def decode(self, token_ids, skip_special_tokens: bool = False, **kwargs) -> str:
-        """Joins the decoded words of one sequence of character rows with spaces."""
+    def decode(self, token_ids, skip_special_tokens: bool = False, **kwargs) -> str | list[str]:
+        """
+        The words of one sequence of character rows joined by spaces; a batch of sequences gives a list of strings,
+        and a single row its word.
+        """
+        token_ids = _to_list(token_ids)
+        depth = _nesting_depth(token_ids)
+        if depth == 3:
+            return [self.decode(sequence, skip_special_tokens) for sequence in token_ids]
+        if depth == 1:
+            return self.decode([token_ids], skip_special_tokens)
+        if depth != 2:
+            raise ValueError("decode takes a row of character ids, a sequence of rows, or a batch of sequences")
         words = []
-        for row in _to_list(token_ids):
+        for row in token_ids:
             if not any(row):
                 continue
             if row == self._bos_row or row == self._eos_row:
                 if not skip_special_tokens:
-                    words.append(BOS_TOKEN if row == self._bos_row else EOS_TOKEN)
+                    words.append(self.bos_token if row == self._bos_row else self.eos_token)
                 continue
-            data = bytes(i - 1 for i in row if 1 <= i <= 256)
-            words.append(data.decode("utf-8", "replace"))
+            words.append(self.alphabet.decode_row(row))
         return " ".join(words)
+
+    def batch_decode(self, sequences, skip_special_tokens: bool = False, **kwargs) -> list[str]:
+        """One string per sequence of a batch (see `decode`)."""
+        sequences = _to_list(sequences)
+        if _nesting_depth(sequences) != 3:
+            raise ValueError("batch_decode takes a batch of sequences of character-id rows (3 levels of nesting)")
+        return [self.decode(sequence, skip_special_tokens) for sequence in sequences]
+
+
+def _is_batch_of_pairs(text, is_split_into_words: bool) -> bool:
+    """Whether `text` is a batch of `(text, pair)` tuples (of strings, or of word lists when pre-split)."""
+    if isinstance(text, str) or not isinstance(text, (list, tuple)) or not text:
+        return False
+    first = text[0]
+    if not isinstance(first, tuple) or len(first) != 2:
+        return False
+    if is_split_into_words:
+        return all(isinstance(side, (list, tuple)) for side in first)
+    return all(isinstance(side, str) for side in first)
+
+
+def _nesting_depth(value) -> int:
+    """Levels of list nesting of `value` down to its first int (0 for an int)."""
+    depth = 0
+    while isinstance(value, (list, tuple)):
+        if not value:
+            return depth + 1
+        value, depth = value[0], depth + 1
+    return depth
+
+
+def _read_word_input_vocab(path: str) -> dict[str, int]:
+    """A word-input vocabulary (JSON object word -> id) with `<oov>` and `<pad>`."""
+    try:
+        with open(path, encoding="utf-8") as handle:
+            vocab = json.load(handle)
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
+        raise ValueError(f"{path} is not a readable word-input vocabulary: {error}") from error
+    missing = [word for word in (WORD_INPUT_UNKNOWN, WORD_INPUT_PADDING) if word not in vocab]
+    if not isinstance(vocab, dict) or missing:
+        raise ValueError(f"the word-input vocabulary {path} must be a JSON object holding {missing}")
+    return vocab
 
 
 def _read_word_vocab(vocab_file: str) -> Tokenizer:
