@@ -404,6 +404,10 @@ class DeferredStop:
 class WriteFailure(CliError):
     """A failed write of OUTPUT or its parts: the message says whether finished lines were kept for --resume."""
 
+    @classmethod
+    def of(cls, output_path: Path, error: BaseException) -> "WriteFailure":
+        return cls(f"cannot write {output_path}: {getattr(error, 'strerror', None) or _first_line(error)}")
+
 
 class Processes:
     """
@@ -505,8 +509,7 @@ def _embed(args, processes: Processes) -> int:
             with DeferredStop() as stop:
                 _embed_lines(args, model, tokenizer, split, choice, output, stop, processes.shard, own_lines)
         except (OSError, RuntimeError) as error:
-            raise WriteFailure(f"cannot write {output_path}: "
-                               f"{getattr(error, 'strerror', None) or _first_line(error)}") from error
+            raise WriteFailure.of(output_path, error) from error
 
     def assemble():
         sentence_to_index, skipped = {}, []
@@ -518,8 +521,7 @@ def _embed(args, processes: Processes) -> int:
         try:
             output.finish(None if args.forget_sentences else sentence_to_index)
         except (OSError, RuntimeError) as error:
-            raise WriteFailure(f"cannot write {output_path}: "
-                               f"{getattr(error, 'strerror', None) or _first_line(error)}") from error
+            raise WriteFailure.of(output_path, error) from error
         return skipped
 
     try:
