@@ -160,14 +160,20 @@ def perplexity_metrics(eval_prediction) -> dict[str, float]:
     }
 
 
-def unk_rate(tokenizer: ElmoTokenizer, paths: Iterable[str | Path], chunk: int = 10_000) -> float:
-    """The share of the words of text files that the tokenizer's word vocabulary maps to `<UNK>`."""
+def count_unknown_words(tokenizer: ElmoTokenizer, paths: Iterable[str | Path], chunk: int = 10_000) -> tuple[int, int]:
+    """`(words, <UNK> words)` of text files, split and looked up as the tokenizer's word vocabulary does."""
     words = unknown = 0
     lines = read_lines(paths)
     while batch := [line for _, line in zip(range(chunk), lines)]:
         for encoding in tokenizer.word_tokenizer.encode_batch(batch, add_special_tokens=False):
             words += len(encoding.ids)
             unknown += encoding.ids.count(UNK_ID)
+    return words, unknown
+
+
+def unk_rate(tokenizer: ElmoTokenizer, paths: Iterable[str | Path]) -> float:
+    """The share of the words of text files that the tokenizer's word vocabulary maps to `<UNK>`."""
+    words, unknown = count_unknown_words(tokenizer, paths)
     return unknown / max(words, 1)
 
 
