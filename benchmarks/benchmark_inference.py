@@ -4,6 +4,8 @@ Prints one markdown table: throughput at each batch size (1 and 32 by default), 
 layer's max |diff| against hf_elmo's exact path and against AllenNLP, its minimum cosine with hf_elmo's exact path in
 float32, and the peak memory one call added (resident memory on the CPU, allocated GPU memory on CUDA). The paths
 take turns batch by batch on the same sentences, so that load from other processes falls on all of them alike.
+On the CPU it also runs the opt-in int8 products (`cpu_matmul="int8"`), and prints this machine's float32 GEMM peak
+and the fraction of it each float32 hf_elmo row reaches (the model's floating-point operations per second).
 
     PYTHONPATH=$PWD:/tmp/allennlp_site:../shared/peer python benchmarks/benchmark_inference.py
     ... benchmarks/benchmark_inference.py --device cuda --dtype bf16 --batches 1:32,64:1024,256:2048
@@ -52,14 +54,15 @@ def finished(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def hf_elmo_path(model, tokenizer, recurrence_implementation: str):
+def hf_elmo_path(model, tokenizer, recurrence_implementation: str, cpu_matmul: str = "auto"):
     """
     From words to `(seconds, float32 CPU top layer with boundary rows, mask)` with hf_elmo under
-    `recurrence_implementation` ("reference": the exact reference code; "auto": the fast kernels).
+    `recurrence_implementation` ("reference": the exact reference code; "auto": the fast kernels) and `cpu_matmul`.
     """
 
     def run(batch):
         model.config.recurrence_implementation = recurrence_implementation
+        model.config.cpu_matmul = cpu_matmul
         began = finished(model.device)
         encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt").to(model.device)
         output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
@@ -158,6 +161,34 @@ def step_products_bound(model, batch_size: int, words_per_position: float, repea
     return positions_per_second * words_per_position
 
 
+def gemm_peak(threads: int, size: int = 2048, repeats: int = 10) -> float:
+    """This machine's float32 GEMM peak in GFLOP/s: the best of `repeats` `(size, size) @ (size, size)` products."""
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    a @ b
+    best = float("inf")
+    for _ in range(repeats):
+        began = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - began)
+    return 2 * size**3 / best / 1e9
+
+
+def model_flops(config: ElmoConfig, positions: int, distinct_words: int) -> float:
+    """
+    Floating-point operations of hf_elmo's fast path for a batch: every LSTM product at each valid position (input,
+    recurrent, projection; both directions, every layer), and the character encoder (convolutions, highways,
+    projection) once per distinct word, as the fast path runs it. Gate arithmetic is left out.
+    """
+    cell, projection = config.cell_dim, config.projection_dim
+    projected = projection < cell
+    recurrent_in = projection if projected else cell
+    lstm = 2 * (projection * 4 * cell + recurrent_in * 4 * cell + (cell * projection if projected else 0))
+    chars = config.max_characters_per_token
+    convolutions = sum(2 * config.char_embedding_dim * width * n * (chars - width + 1) for width, n in config.filters)
+    encoder = convolutions + config.n_highway * 4 * config.n_filters**2 + 2 * config.n_filters * projection
+    return positions * 2 * config.n_layers * lstm + distinct_words * encoder
+
+
 def parse_batches(text: str) -> list[tuple[int, int]]:
     """`"1:8,32:96"` -> `[(1, 8), (32, 96)]`: batch sizes and how many sentences each runs."""
     try:
@@ -192,6 +223,8 @@ def main():
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     paths = {"hf_elmo exact (reference paths)": hf_elmo_path(model, tokenizer, "reference"),
              "hf_elmo fast (default)": hf_elmo_path(model, tokenizer, "auto")}
+    if device.type == "cpu" and DTYPES[args.dtype] == torch.float32:
+        paths["hf_elmo fast, int8 products (opt-in)"] = hf_elmo_path(model, tokenizer, "auto", "int8")
     float32_exact = hf_elmo_path(float32_model, tokenizer, "reference")
     allennlp = None if args.no_allennlp else load_allennlp(options_file, weight_file)
     if allennlp is not None:
@@ -205,11 +238,14 @@ def main():
             run(sentences[:2])
         for batch_size, count in args.batches:
             batch_sentences = sentences[:count]
-            if device.type == "cuda":  # kernels and allocations of this batch shape, before the timed runs
-                for run in paths.values():
-                    run(batch_sentences[:batch_size])
+            # This batch shape's one-time work before the timed runs: CUDA kernels and allocations, and on the
+            # CPU the product libraries that `cpu_matmul="auto"` measures once per shape (kept in its cache file).
+            for run in paths.values():
+                run(batch_sentences[:batch_size])
             words = sum(len(sentence) for sentence in batch_sentences)
             positions = words + 2 * len(batch_sentences)  # with <S> and </S>
+            flops = sum(model_flops(config, sum(len(s) + 2 for s in batch), len({w for s in batch for w in s}) + 2)
+                        for batch in (batch_sentences[i : i + batch_size] for i in range(0, count, batch_size)))
             if device.type == "cpu":
                 bounds[batch_size] = step_products_bound(float32_model, batch_size, words / positions)
             results = measure(paths, batch_sentences, batch_size, device)
@@ -220,13 +256,16 @@ def main():
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.dtype == "tf32"
             baseline = results.get("AllenNLP 2.10.1 Elmo")
             for name, (seconds, memory, outputs) in results.items():
+                float32_fast = device.type == "cpu" and name.startswith("hf_elmo fast") and "int8" not in name \
+                    and DTYPES[args.dtype] == torch.float32
                 rows.append(
                     (name, batch_size, count, words / seconds,
                      f"{baseline[0] / seconds:.2f}x" if baseline else "-",
                      f"{max_diff(outputs, exact):.1e}",
                      f"{max_diff(outputs, baseline[2]):.1e}" if baseline else "-",
                      f"{min_cosine(outputs, reference):.5f}",
-                     memory / 2**20)
+                     memory / 2**20,
+                     flops / seconds / 1e9 if float32_fast else None)
                 )
 
     parameters = sum(p.numel() for p in model.parameters())
@@ -237,12 +276,17 @@ def main():
           f"random checkpoint of the original shapes ({parameters / 1e6:.1f}M parameters); ~25-word sentences; "
           f"end to end from words (tokenize + model)\n")
     memory = "peak GPU memory added (MB)" if device.type == "cuda" else "peak RSS added (MB)"
+    peak = gemm_peak(torch.get_num_threads()) if device.type == "cpu" else None
     print("| path | batch | sentences | words/s | vs AllenNLP | max abs diff vs exact | max abs diff vs AllenNLP "
-          f"| min cosine vs fp32 exact | {memory} |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, batch_size, count, speed, ratio, diff_exact, diff_allennlp, cosine, memory in rows:
+          f"| min cosine vs fp32 exact | {memory} | GFLOP/s (of fp32 GEMM peak) |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, batch_size, count, speed, ratio, diff_exact, diff_allennlp, cosine, memory, gflops in rows:
+        compute = f"{gflops:.0f} ({gflops / peak:.0%})" if gflops is not None and peak else "-"
         print(f"| {name} | {batch_size} | {count} | {speed:.1f} | {ratio} | {diff_exact} | {diff_allennlp} "
-              f"| {cosine} | {memory:.0f} |")
+              f"| {cosine} | {memory:.0f} | {compute} |")
+    if peak:
+        print(f"\nfp32 GEMM peak here: {peak:.0f} GFLOP/s (best (2048, 2048) @ (2048, 2048) torch.mm, "
+              f"{torch.get_num_threads()} threads); GFLOP/s counts the model's products (see model_flops)")
     if bounds:
         print("\nupper bound from the LSTM steps' recurrent and projection products alone (timed in this run, weights "
               "in cache; see step_products_bound): " + ", ".join(f"batch {size}: {bound:.0f} words/s"

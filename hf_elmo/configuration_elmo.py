@@ -8,6 +8,9 @@ from .alphabet_elmo import CharacterAlphabet
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
 RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
+# The matrix products of the fast CPU recurrence (see `kernels_elmo.StepProducts`): "auto" measures which float32
+# library is fastest on this machine for each shape, once; "int8" is the opt-in reduced-precision mode.
+CPU_MATMULS = ("auto", "blas", "onednn", "int8")
 
 
 class ElmoConfig(PretrainedConfig):
@@ -37,6 +40,13 @@ class ElmoConfig(PretrainedConfig):
             in-place recurrence and the character convolutions as matrix products when nothing needs gradients,
             the hand-written backward when the biLM trains); `"reference"` always runs the reference code under
             autograd. Settable at `from_pretrained(..., recurrence_implementation="reference")`.
+        cpu_matmul (`str`): the library of the fast recurrence's matrix products on CPU. `"auto"` times the float32
+            candidates (`"blas"`: `torch.mm` on the `(in, out)` kernels; `"onednn"`: oneDNN's linear on a
+            prepacked copy) for each product shape on first use, and keeps the fastest for this CPU, thread count
+            and torch version in a cache file, so that the choice is made once per machine; `"blas"` and `"onednn"`
+            name one. `"int8"` is opt-in reduced precision: the LSTM kernels quantised per output channel, the
+            products in int8 with dynamically quantised inputs (the top layer's cosine with float32 stays above
+            0.999 on the models measured in `benchmarks/RESULTS.md`). Ignored off the CPU fast path.
 
     Models trained by other code (ELMoForManyLangs) also set:
 
@@ -97,6 +107,7 @@ class ElmoConfig(PretrainedConfig):
         use_skip_connections=True,
         forget_bias=1.0,
         recurrence_implementation="auto",
+        cpu_matmul="auto",
         freeze_bilm=True,
         mix_layer_norm=False,
         mix_weights=None,
@@ -160,6 +171,7 @@ class ElmoConfig(PretrainedConfig):
         self.use_skip_connections = use_skip_connections
         self.forget_bias = float(forget_bias)
         self.recurrence_implementation = recurrence_implementation
+        self.cpu_matmul = cpu_matmul
         self.freeze_bilm = freeze_bilm
         self.mix_layer_norm = mix_layer_norm
         self.mix_weights = None if mix_weights is None else [float(w) for w in mix_weights]
@@ -181,9 +193,11 @@ class ElmoConfig(PretrainedConfig):
         super().__init__(**kwargs)
 
     def __setattr__(self, key, value):
-        # Checked on every assignment: `from_pretrained(..., recurrence_implementation=...)` sets it after `__init__`.
+        # Checked on every assignment: `from_pretrained(..., recurrence_implementation=...)` sets these after `__init__`.
         if key == "recurrence_implementation" and value not in RECURRENCE_IMPLEMENTATIONS:
             raise ValueError(f"recurrence_implementation must be one of {RECURRENCE_IMPLEMENTATIONS}, got {value!r}")
+        if key == "cpu_matmul" and value not in CPU_MATMULS:
+            raise ValueError(f"cpu_matmul must be one of {CPU_MATMULS}, got {value!r}")
         super().__setattr__(key, value)
 
     @property

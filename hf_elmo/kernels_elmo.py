@@ -5,8 +5,9 @@ Each module that has a kernel ([`ElmoLstmLayer`], [`ElmoCharConvolution`]) asks 
 on every call and runs it on itself, inside its own `forward`: what hooks do around a module call (accelerate's
 `device_map` and offloading load the weights and move the inputs) is done before any kernel reads the weights.
 
-- inference (nothing needs gradients): the recurrence in place without autograd ([`lstm_layer_in_place`]) and the
-  character convolutions as matrix products ([`max_pooled_by_matmul`]);
+- inference (nothing needs gradients): the recurrence in place without autograd ([`lstm_layer_in_place`]), its
+  matrix products on CPU from the library `config.cpu_matmul` names or this machine measured fastest
+  ([`step_product`]), and the character convolutions as matrix products ([`max_pooled_by_matmul`]);
 - training the biLM: the reference recurrence's results from [`ElmoLstmLayerFunction`], whose backward through time
   is written by hand;
 - `config.recurrence_implementation == "reference"`, autocast (which picks each operation's dtype), `torch.compile`
@@ -14,7 +15,15 @@ on every call and runs it on itself, inside its own `forward`: what hooks do aro
 """
 
 import itertools
+import json
+import os
+import platform
+import tempfile
+import time
+import warnings
+import weakref
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -60,6 +69,169 @@ def max_pooled_by_matmul(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor
     width = module.kernel_size[0]
     pooled = [(words.unfold(1, width, 1).flatten(2) @ kernel).amax(dim=1) for words in chars.split(WORDS_PER_CHUNK)]
     return torch.cat(pooled) + module.bias
+
+
+# ---------------------------------------------------------------------------------------------------------------------
+# Matrix products of the fast recurrence: one library per machine and shape
+# ---------------------------------------------------------------------------------------------------------------------
+
+# A product `x @ kernel` written into `out`, or added to it when `accumulate`.
+Product = Callable[[torch.Tensor, torch.Tensor, bool], None]
+
+
+def blas_product(kernel: torch.Tensor) -> Product:
+    """`torch.mm` on the `(in, out)` kernel itself: no copy."""
+
+    def product(x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
+        if accumulate:
+            out.addmm_(x, kernel)
+        else:
+            torch.mm(x, kernel, out=out)
+
+    return product
+
+
+def onednn_product(kernel: torch.Tensor) -> Product:
+    """oneDNN's linear on a copy of the kernel prepacked in its own layout (as `torch.compile` does on CPU)."""
+    packed = torch.ops.mkldnn._reorder_linear_weight(kernel.t().contiguous())
+
+    def product(x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
+        result = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        out.add_(result) if accumulate else out.copy_(result)
+
+    return product
+
+
+def int8_product(kernel: torch.Tensor) -> Product:
+    """
+    Reduced precision: the kernel quantised to int8 per output column (symmetric, scale `max |w| / 127`), each call's
+    `x` quantised on the fly, products accumulated in int32 and rescaled to float32 (PyTorch's dynamic quantisation,
+    as `torch.ao.quantization.quantize_dynamic` applies to `nn.Linear`).
+    """
+    weight = kernel.t().contiguous()  # (out, in): one scale per output
+    scales = weight.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+    with warnings.catch_warnings():
+        # PyTorch marks quantised tensors as deprecated in favour of torchao; their CPU int8 products are still the
+        # ones shipped with torch, and this is their only use here.
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_channel(weight, scales.double(), torch.zeros_like(scales, dtype=torch.long),
+                                               0, torch.qint8)
+    packed = torch.ops.quantized.linear_prepack(quantized, None)
+
+    def product(x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
+        # `reduce_range`: 7-bit inputs, so that x86's 8-bit multiply-adds cannot saturate.
+        result = torch.ops.quantized.linear_dynamic(x, packed, True)
+        out.add_(result) if accumulate else out.copy_(result)
+
+    return product
+
+
+PRODUCTS = {"blas": blas_product, "onednn": onednn_product, "int8": int8_product}
+# Products prepared from each kernel, by library, under the kernel's `id` while it lives (tensors compare by value,
+# so they cannot be weak dictionary keys themselves).
+_prepared: dict[int, tuple[tuple[int, int], dict[str, Product]]] = {}
+
+
+def prepared_product(kernel: torch.Tensor, library: str) -> Product:
+    """`PRODUCTS[library]` of `kernel`, prepared once and again only after the kernel is written to or replaced."""
+    identity = (kernel.data_ptr(), kernel._version)
+    cached = _prepared.get(id(kernel))
+    if cached is None:
+        weakref.finalize(kernel, _prepared.pop, id(kernel), None)
+    if cached is None or cached[0] != identity:
+        cached = _prepared[id(kernel)] = (identity, {})
+    products = cached[1]
+    if library not in products:
+        products[library] = PRODUCTS[library](kernel.detach())
+    return products[library]
+
+
+def row_bucket(rows: int) -> int:
+    """The power of two a product of `rows` rows is measured at: rows vary from step to step as sentences end."""
+    return 1 << (rows - 1).bit_length()
+
+
+def choices_file() -> Path:
+    """Where measured choices are kept: `$HF_ELMO_CACHE`, else `$XDG_CACHE_HOME/hf_elmo` or `~/.cache/hf_elmo`."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hf_elmo"
+    return Path(os.environ.get("HF_ELMO_CACHE", default)) / "cpu_matmul_choices.json"
+
+
+def cpu_model() -> str:
+    """The CPU's model name (what decides which library is fastest), e.g. "AMD EPYC 7B13"."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def time_product(product: Product, x: torch.Tensor, out: torch.Tensor, calls: int = 3, rounds: int = 5) -> float:
+    """The best of `rounds` timings of `calls` products, after one to warm up."""
+    product(x, out, True)
+    best = float("inf")
+    for _ in range(rounds):
+        began = time.perf_counter()
+        for _ in range(calls):
+            product(x, out, True)
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+_choices: dict[str, str] | None = None  # the choices file's contents, read once
+
+
+def fastest_float32_library(in_dim: int, out_dim: int, rows: int) -> str:
+    """
+    "blas" or "onednn", whichever multiplies `(rows, in_dim) @ (in_dim, out_dim)` faster here, from the choices file
+    if this CPU model, thread count, torch version and shape are in it; else timed now, on a random kernel, and
+    added to the file. "onednn" must be 5% faster to be chosen: its prepacked copy costs memory. A file that cannot
+    be read or written only means measuring again.
+    """
+    global _choices
+    path = choices_file()
+    if _choices is None:
+        try:
+            _choices = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            _choices = {}
+    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | " \
+          f"({rows}, {in_dim}) @ ({in_dim}, {out_dim})"
+    if key not in _choices:
+        if not torch.backends.mkldnn.is_available():
+            _choices[key] = "blas"
+        else:
+            generator = torch.Generator().manual_seed(0)
+            kernel = torch.randn(in_dim, out_dim, generator=generator) / in_dim**0.5
+            x, out = torch.randn(rows, in_dim, generator=generator), torch.zeros(rows, out_dim)
+            blas, onednn = (time_product(PRODUCTS[name](kernel), x, out) for name in ("blas", "onednn"))
+            _choices[key] = "onednn" if onednn < 0.95 * blas else "blas"
+        try:  # written whole, then renamed: a reader never sees half a file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
+                json.dump(_choices, handle, indent=1, sort_keys=True)
+            os.replace(handle.name, path)
+        except OSError:
+            pass
+    return _choices[key]
+
+
+def step_product(module: nn.Module, kernel: torch.Tensor, rows: int) -> Product:
+    """
+    The product `(rows, in) @ kernel` of the fast recurrence of `module`, by the library its `config.cpu_matmul`
+    names ("auto": the float32 library measured fastest here for that shape). Off the CPU, or for kernels in
+    another precision than float32, torch's own (`"blas"`): the choices are CPU float32 libraries.
+    """
+    choice = module.config.cpu_matmul
+    if kernel.device.type != "cpu" or kernel.dtype != torch.float32:
+        if choice in ("onednn", "int8"):
+            raise ValueError(f"cpu_matmul={choice!r} runs float32 kernels on the CPU; this model's are "
+                             f"{kernel.dtype} on {kernel.device.type}: set cpu_matmul='auto'")
+        return blas_product(kernel)
+    library = fastest_float32_library(*kernel.shape, row_bucket(rows)) if choice == "auto" else choice
+    return prepared_product(kernel, library)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -110,7 +282,8 @@ def lstm_layer_in_place(
         # Context-free word vectors, one row per occurrence of a word: project each distinct row once and copy its
         # gates to every position holding it.
         distinct, positions = torch.unique(packed_inputs, dim=0, return_inverse=True)
-        distinct_gates = distinct @ module.input_kernel
+        distinct_gates = distinct.new_empty(len(distinct), 4 * cell)
+        step_product(module, module.input_kernel, len(distinct))(distinct, distinct_gates, False)
 
     hidden, memory = hidden[order], memory[order]  # indexing copies: the arguments stay untouched
     packed_outputs = inputs.new_empty(step_starts[-1], hidden.shape[-1])
@@ -122,17 +295,26 @@ def lstm_layer_in_place(
     # Added to each step's gates while they are in cache rather than in a pass over all input gates.
     gate_bias = module.bias.clone()
     gate_bias[cell : 2 * cell] += module.config.forget_bias
+    # Each step's two products, by row count (rows fall as sentences end), looked up once per call.
+    step_products = {
+        rows: (step_product(module, module.recurrent_kernel, rows),
+               step_product(module, projection_kernel, rows) if projection_kernel is not None else None)
+        for rows in set(running)
+    }
     for first_step, end_step in chunks:
         chunk = slice(step_starts[first_step], step_starts[end_step])
         chunk_gates = chunk_buffer[: chunk.stop - chunk.start]
         if module.reads_word_vectors:
             torch.index_select(distinct_gates, 0, positions[chunk], out=chunk_gates)
         else:
-            torch.mm(packed_inputs[chunk], module.input_kernel, out=chunk_gates)
+            chunk_inputs = packed_inputs[chunk]
+            step_product(module, module.input_kernel, len(chunk_inputs))(chunk_inputs, chunk_gates, False)
         for step in range(first_step, end_step):
             rows, start = running[step], step_starts[step] - chunk.start
+            recurrent_product, projection_product = step_products[rows]
             step_gates = chunk_gates[start : start + rows]  # overwritten in place: each is read once
-            step_gates.addmm_(hidden[:rows], module.recurrent_kernel).add_(gate_bias)
+            recurrent_product(hidden[:rows], step_gates, True)
+            step_gates.add_(gate_bias)
             in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
             step_gates[:, : 2 * cell].sigmoid_()
             out_gate.sigmoid_()
@@ -143,7 +325,7 @@ def lstm_layer_in_place(
             step_hidden = hidden[:rows]
             if projection_kernel is not None:
                 torch.tanh(step_memory, out=cell_output[:rows]).mul_(out_gate)
-                torch.mm(cell_output[:rows], projection_kernel, out=step_hidden)
+                projection_product(cell_output[:rows], step_hidden, False)
             else:
                 torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
             if proj_clip is not None:

@@ -20,6 +20,18 @@ SHARED_DIR = Path(os.environ.get("HF_ELMO_SHARED", Path(__file__).resolve().pare
 FIXTURE_DIR = SHARED_DIR / "fixtures" / "allennlp-elmo"
 
 
+@pytest.fixture(scope="session", autouse=True)
+def matmul_choices_in_a_temporary_folder(tmp_path_factory):
+    """`cpu_matmul="auto"` keeps what it measures in `$HF_ELMO_CACHE`: the suite's own, never the user's cache."""
+    previous = os.environ.get("HF_ELMO_CACHE")
+    os.environ["HF_ELMO_CACHE"] = str(tmp_path_factory.mktemp("hf_elmo_cache"))
+    yield
+    if previous is None:
+        del os.environ["HF_ELMO_CACHE"]
+    else:
+        os.environ["HF_ELMO_CACHE"] = previous
+
+
 def has_fixture() -> bool:
     return (FIXTURE_DIR / "lm_weights.hdf5").is_file()
 

@@ -1,8 +1,11 @@
 """
 Every kernel of `kernels_elmo` against the reference code of `modeling_elmo` (`conv_max_pooled` for the character
 CNN, `lstm_layer_reference` for the recurrence), fp32 within `FLOAT32_TOLERANCE`; the hand-written backward of the
-recurrence (`ElmoLstmLayerFunction`) against autograd through the reference loop; and `dispatch`, which picks them.
+recurrence (`ElmoLstmLayerFunction`) against autograd through the reference loop; `dispatch`, which picks them; and
+the libraries of the fast recurrence's products (`config.cpu_matmul`), with the measured choice between them.
 """
+
+import json
 
 import pytest
 import torch
@@ -470,3 +473,103 @@ def test_tokenizer_tensors_equal_its_lists(return_tensors):
             assert tensors[key].dtype == generic[key].dtype
             assert np.array_equal(np.asarray(tensors[key]), np.asarray(generic[key]))
         assert tensors.word_ids(1) == lists.word_ids(1)
+
+
+@pytest.mark.parametrize("library", ["blas", "onednn"])
+@pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2]], ids=["batch1", "padded"])
+def test_each_float32_library_matches_reference(library, lengths, monkeypatch):
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, lengths)
+    exact = run_model(model, input_ids, mask, False, monkeypatch, random_state(config, len(lengths)))
+    monkeypatch.setattr(config, "cpu_matmul", library)
+    fast = run_model(model, input_ids, mask, True, monkeypatch, random_state(config, len(lengths)))
+    assert_outputs_match(fast, exact)
+
+
+def top_layer_min_cosine(fast, exact, mask):
+    valid = mask.bool()
+    cosine = torch.nn.functional.cosine_similarity(fast.last_hidden_state[valid], exact.last_hidden_state[valid], -1)
+    return cosine.min().item()
+
+
+def test_int8_products_stay_within_the_offered_cosine(fixture_model, fixture_sentences, monkeypatch):
+    """The opt-in int8 mode on a trained checkpoint: the top layer's cosine with float32 at least 0.999, not equal."""
+    from hf_elmo import ElmoTokenizer
+
+    tokenizer = ElmoTokenizer(max_characters_per_token=fixture_model.config.max_characters_per_token)
+    encoded = tokenizer([s.split() for s in fixture_sentences[0]], is_split_into_words=True, padding=True,
+                        return_tensors="pt")
+    exact = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], False, monkeypatch)
+    monkeypatch.setattr(fixture_model.config, "cpu_matmul", "int8")
+    quantized = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], True, monkeypatch)
+    assert 0.999 <= top_layer_min_cosine(quantized, exact, encoded["attention_mask"]) < 1.0
+
+
+def test_prepared_kernels_follow_the_weights(monkeypatch):
+    """A copy prepared for a library (prepacked, quantised) is remade when the weights change, never served stale."""
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [5, 3])
+    monkeypatch.setattr(config, "cpu_matmul", "onednn")
+    before = run_model(model, input_ids, mask, True, monkeypatch)
+    with torch.no_grad():
+        for layer in model.bilm.forward_layers:
+            layer.recurrent_kernel.mul_(0.5)
+    after = run_model(model, input_ids, mask, True, monkeypatch)
+    exact = run_model(model, input_ids, mask, False, monkeypatch)
+    assert_outputs_match(after, exact)
+    assert not torch.allclose(before.last_hidden_state, after.last_hidden_state)
+
+
+def test_auto_measures_each_shape_once_and_keeps_the_choice(tmp_path, monkeypatch):
+    """
+    "auto" times the float32 libraries for each product shape the first time it meets it, writes the choices to
+    `$HF_ELMO_CACHE`, and later reads them from there (a new process starts from the file): no second measurement.
+    """
+    monkeypatch.setenv("HF_ELMO_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernels_elmo, "_choices", None)
+    timed = []
+    time_product = kernels_elmo.time_product
+    monkeypatch.setattr(kernels_elmo, "time_product", lambda *args: timed.append(1) or time_product(*args))
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
+    first = run_model(model, input_ids, mask, True, monkeypatch)
+    choices = json.loads((tmp_path / "cpu_matmul_choices.json").read_text())
+    assert timed and len(timed) == 2 * len(choices)  # two libraries timed per shape
+    assert set(choices.values()) <= {"blas", "onednn"}
+    assert all(kernels_elmo.cpu_model() in key and f"{torch.get_num_threads()} threads" in key for key in choices)
+
+    timed.clear()
+    monkeypatch.setattr(kernels_elmo, "_choices", None)  # as a new process: only the file remains
+    second = run_model(model, input_ids, mask, True, monkeypatch)
+    assert timed == []
+    assert torch.equal(first.last_hidden_state, second.last_hidden_state)  # same choices, same rounding
+
+
+def test_auto_without_a_writable_cache_still_runs(tmp_path, monkeypatch):
+    blocked = tmp_path / "a-file"
+    blocked.write_text("not a folder")
+    monkeypatch.setenv("HF_ELMO_CACHE", str(blocked))
+    monkeypatch.setattr(kernels_elmo, "_choices", None)
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [4, 2])
+    exact = run_model(model, input_ids, mask, False, monkeypatch)
+    assert_outputs_match(run_model(model, input_ids, mask, True, monkeypatch), exact)
+
+
+def test_cpu_matmul_is_checked_and_refused_where_it_cannot_run(monkeypatch):
+    with pytest.raises(ValueError, match="cpu_matmul must be one of"):
+        tiny_config(cpu_matmul="mkl")
+    torch.manual_seed(0)
+    config = tiny_config(cpu_matmul="int8")
+    model = ElmoModel(config).eval().to(torch.float64)
+    input_ids, mask = random_batch(config, [4, 2])
+    with pytest.raises(ValueError, match="cpu_matmul='int8' runs float32 kernels on the CPU"):
+        run_model(model, input_ids, mask, True, monkeypatch)
