@@ -218,11 +218,15 @@ def fastest_float32_library(in_dim: int, out_dim: int, rows: int) -> str:
     return _choices[key]
 
 
-def step_product(module: nn.Module, kernel: torch.Tensor, rows: int) -> Product:
+def step_product(module: nn.Module, kernel: torch.Tensor, rows: int, repeated_every_step: bool = True) -> Product:
     """
     The product `(rows, in) @ kernel` of the fast recurrence of `module`, by the library its `config.cpu_matmul`
     names ("auto": the float32 library measured fastest here for that shape). Off the CPU, or for kernels in
     another precision than float32, torch's own (`"blas"`): the choices are CPU float32 libraries.
+
+    "int8" quantises only the products `repeated_every_step` (recurrent and projection), whose weights are streamed
+    again at every step. The input products, one per chunk of steps, stay float32: they are a small share of the time
+    where int8 pays (small batches), and most of its error (the inputs of a whole chunk share one scale).
     """
     choice = module.config.cpu_matmul
     if kernel.device.type != "cpu" or kernel.dtype != torch.float32:
@@ -230,8 +234,9 @@ def step_product(module: nn.Module, kernel: torch.Tensor, rows: int) -> Product:
             raise ValueError(f"cpu_matmul={choice!r} runs float32 kernels on the CPU; this model's are "
                              f"{kernel.dtype} on {kernel.device.type}: set cpu_matmul='auto'")
         return blas_product(kernel)
-    library = fastest_float32_library(*kernel.shape, row_bucket(rows)) if choice == "auto" else choice
-    return prepared_product(kernel, library)
+    if choice == "auto" or (choice == "int8" and not repeated_every_step):
+        return prepared_product(kernel, fastest_float32_library(*kernel.shape, row_bucket(rows)))
+    return prepared_product(kernel, choice)
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -283,7 +288,7 @@ def lstm_layer_in_place(
         # gates to every position holding it.
         distinct, positions = torch.unique(packed_inputs, dim=0, return_inverse=True)
         distinct_gates = distinct.new_empty(len(distinct), 4 * cell)
-        step_product(module, module.input_kernel, len(distinct))(distinct, distinct_gates, False)
+        step_product(module, module.input_kernel, len(distinct), False)(distinct, distinct_gates, False)
 
     hidden, memory = hidden[order], memory[order]  # indexing copies: the arguments stay untouched
     packed_outputs = inputs.new_empty(step_starts[-1], hidden.shape[-1])
@@ -308,7 +313,7 @@ def lstm_layer_in_place(
             torch.index_select(distinct_gates, 0, positions[chunk], out=chunk_gates)
         else:
             chunk_inputs = packed_inputs[chunk]
-            step_product(module, module.input_kernel, len(chunk_inputs))(chunk_inputs, chunk_gates, False)
+            step_product(module, module.input_kernel, len(chunk_inputs), False)(chunk_inputs, chunk_gates, False)
         for step in range(first_step, end_step):
             rows, start = running[step], step_starts[step] - chunk.start
             recurrent_product, projection_product = step_products[rows]

@@ -505,6 +505,10 @@ def test_int8_products_stay_within_the_offered_cosine(fixture_model, fixture_sen
     monkeypatch.setattr(fixture_model.config, "cpu_matmul", "int8")
     quantized = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], True, monkeypatch)
     assert 0.999 <= top_layer_min_cosine(quantized, exact, encoded["attention_mask"]) < 1.0
+    # Only the products repeated at every step are quantised; the input products stay float32.
+    for layer in (*fixture_model.bilm.forward_layers, *fixture_model.bilm.backward_layers):
+        assert "int8" in kernels_elmo._prepared[id(layer.recurrent_kernel)][1]
+        assert "int8" not in kernels_elmo._prepared.get(id(layer.input_kernel), (None, {}))[1]
 
 
 def test_prepared_kernels_follow_the_weights(monkeypatch):

@@ -43,10 +43,13 @@ class ElmoConfig(PretrainedConfig):
         cpu_matmul (`str`): the library of the fast recurrence's matrix products on CPU. `"auto"` times the float32
             candidates (`"blas"`: `torch.mm` on the `(in, out)` kernels; `"onednn"`: oneDNN's linear on a
             prepacked copy) for each product shape on first use, and keeps the fastest for this CPU, thread count
-            and torch version in a cache file, so that the choice is made once per machine; `"blas"` and `"onednn"`
-            name one. `"int8"` is opt-in reduced precision: the LSTM kernels quantised per output channel, the
-            products in int8 with dynamically quantised inputs (the top layer's cosine with float32 stays above
-            0.999 on the models measured in `benchmarks/RESULTS.md`). Ignored off the CPU fast path.
+            and torch version in a cache file (`$HF_ELMO_CACHE`, default `~/.cache/hf_elmo`), so that the choice
+            is made once per machine. oneDNN's copies cost memory (+270 MB resident at the original shapes and
+            batch 32); `"blas"` has none. `"blas"` and `"onednn"` name one library. `"int8"` is opt-in reduced
+            precision for small batches, where each step streams its weights: the recurrent and projection kernels
+            quantised per output channel, their products in int8 with dynamically quantised inputs (the top layer's
+            cosine with float32 stays above 0.999 on the models measured in `benchmarks/RESULTS.md`). Ignored off the
+            CPU fast path.
 
     Models trained by other code (ELMoForManyLangs) also set:
 
