@@ -577,3 +577,7 @@ def test_cpu_matmul_is_checked_and_refused_where_it_cannot_run(monkeypatch):
     input_ids, mask = random_batch(config, [4, 2])
     with pytest.raises(ValueError, match="cpu_matmul='int8' runs float32 kernels on the CPU"):
         run_model(model, input_ids, mask, True, monkeypatch)
+    model = ElmoModel(tiny_config(cpu_matmul="onednn")).eval()
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    with pytest.raises(ValueError, match="cpu_matmul='onednn' needs a torch built with oneDNN"):
+        run_model(model, input_ids, mask, True, monkeypatch)
