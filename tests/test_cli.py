@@ -609,3 +609,18 @@ def test_convert_output_respects_the_umask_and_names_the_overwrite_flag(tmp_path
     assert main(["convert", "--options-file", str(options), "--weight-file", str(weights),
                  "--output-dir", str(tmp_path / "out")]) == 1
     assert "pass --overwrite" in capsys.readouterr().err
+
+
+def test_embed_cpu_matmul_reaches_the_model(model_dir, model, tmp_path):
+    """`--cpu-matmul int8` runs the int8 products: vectors near the float32 ones, not equal to them."""
+    lines = ["the cat sat on the mat", "a dog under the house"]
+    (tmp_path / "in.txt").write_text("\n".join(lines), encoding="utf-8")
+    result = run_cli("embed", model_dir, tmp_path / "in.txt", tmp_path / "out.h5", "--top", "--cpu-matmul", "int8")
+    assert result.returncode == 0, result.stderr
+    written = read_hdf5(tmp_path / "out.h5")
+    for index, line in enumerate(lines):
+        expected = torch.from_numpy(reference_layers(model, line.split())[-1])
+        quantized = torch.from_numpy(written[str(index)])
+        assert not torch.allclose(quantized, expected, atol=FLOAT32_TOLERANCE)
+        assert torch.nn.functional.cosine_similarity(quantized, expected, dim=-1).min() > 0.99
+    assert run_cli("embed", model_dir, tmp_path / "in.txt", tmp_path / "x.h5", "--cpu-matmul", "mkl").returncode == 2
