@@ -15,7 +15,7 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 
-from conftest import tiny_config
+from conftest import FLOAT32_TOLERANCE, tiny_config
 
 pytest.importorskip("datasets")
 pytest.importorskip("seqeval")
@@ -210,3 +210,35 @@ def test_prepare_nsmc_splits_by_movie_and_nests_the_training_sizes(tmp_path):
     movie = {split: {text.rsplit(" ", 1)[-1] for text, _ in rows("nested", f"{split}.csv")}
              for split in ("train_all", "validation", "test")}
     assert not movie["train_all"] & movie["test"] and not movie["train_all"] & movie["validation"]
+
+
+def test_nsmc_frozen_features_probe(base_model, tmp_path):
+    """The probe of a frozen biLM: each layer's mean over a review's words (not its boundaries), then a logistic
+    regression with C chosen on validation."""
+    pytest.importorskip("sklearn")
+    sys.path.insert(0, str(ROOT / "examples" / "nsmc"))
+    try:
+        import frozen_features
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "nsmc"))
+    for split, n, seed in (("train", 60, 0), ("validation", 20, 1), ("test", 20, 2)):
+        rows = write_sentences(tmp_path / f"{split}.csv", n, seed)
+        with open(tmp_path / f"{split}.csv", "w", newline="", encoding="utf-8") as handle:
+            writer = csv.DictWriter(handle, fieldnames=["text", "label"])
+            writer.writeheader()
+            writer.writerows({"text": row["text"], "label": int(row["label"] == "pos")} for row in rows)
+    results = frozen_features.main(["--model", str(base_model), "--data-dir", str(tmp_path),
+                                    "--output-dir", str(tmp_path / "probe"), "--batch-size", "7"])
+    config = ElmoModel.from_pretrained(base_model).config
+    assert results["features"] == (config.n_layers + 1) * 2 * config.projection_dim
+    assert results["train_reviews"] == 60 and 0.0 <= results["test_accuracy"] <= 1.0
+    assert json.loads((tmp_path / "probe" / "frozen_features.json").read_text()) == results
+
+    model, tokenizer = ElmoModel.from_pretrained(base_model).eval(), ElmoTokenizer.from_pretrained(base_model)
+    texts = ["the movie was good", "bad"]
+    means = frozen_features.layer_means(model, tokenizer, texts, batch_size=2, max_length=64)
+    for row, text in enumerate(texts):
+        with torch.no_grad():
+            layers = model(**tokenizer([text], return_tensors="pt"), output_hidden_states=True).hidden_states
+        expected = torch.cat([layer[0, 1:-1].mean(0) for layer in layers])  # the words, without <S> and </S>
+        torch.testing.assert_close(torch.from_numpy(means[row]), expected, atol=FLOAT32_TOLERANCE, rtol=0)

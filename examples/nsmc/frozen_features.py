@@ -40,7 +40,7 @@ def layer_means(model, tokenizer, texts: list[str], batch_size: int, max_length:
         batch = tokenizer([texts[i] for i in rows], padding=True, truncation=True, max_length=max_length,
                           return_tensors="pt")
         layers = model(**batch, output_hidden_states=True).hidden_states
-        positions = word_positions(batch["input_ids"], batch["attention_mask"].bool())
+        positions = word_positions(batch["input_ids"], batch["attention_mask"].bool(), model.config)
         pooled = torch.cat([masked_pool(layer.float(), positions, "mean") for layer in layers], dim=-1)
         features[rows] = pooled.numpy()
     return features
