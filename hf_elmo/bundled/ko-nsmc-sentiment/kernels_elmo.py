@@ -234,6 +234,8 @@ def step_product(module: nn.Module, kernel: torch.Tensor, rows: int, repeated_ev
             raise ValueError(f"cpu_matmul={choice!r} runs float32 kernels on the CPU; this model's are "
                              f"{kernel.dtype} on {kernel.device.type}: set cpu_matmul='auto'")
         return blas_product(kernel)
+    if choice == "onednn" and not torch.backends.mkldnn.is_available():
+        raise ValueError("cpu_matmul='onednn' needs a torch built with oneDNN (mkldnn); set cpu_matmul='auto'")
     if choice == "auto" or (choice == "int8" and not repeated_every_step):
         return prepared_product(kernel, fastest_float32_library(*kernel.shape, row_bucket(rows)))
     return prepared_product(kernel, choice)
