@@ -1,6 +1,6 @@
 """Builds a bundled model folder (`hf_elmo/bundled/NAME`) from a training output: fp16 weights, card, code files.
 
-    python examples/nsmc/bundle.py --model outputs/nsmc/elmo-ko --name ko-nsmc \
+    python examples/nsmc/bundle.py --model outputs/nsmc/elmo-ko --name ko-nsmc --bilm-only \
         --check-text outputs/nsmc/data/pretrain_validation.txt
     python examples/nsmc/bundle.py --model outputs/nsmc/classifier-ko --name ko-nsmc-sentiment \
         --check-csv outputs/nsmc/data/test.csv
@@ -29,9 +29,10 @@ BUNDLED_DIR = Path(hf_elmo.__file__).resolve().parent / "bundled"
 CARDS_DIR = Path(__file__).resolve().parent / "cards"
 
 
-def load(folder: str | Path):
+def load(folder: str | Path, bilm_only: bool = False):
+    """The model of `folder` (the class its config names, or `ElmoModel` when `bilm_only`) and its tokenizer."""
     config = hf_elmo.ElmoConfig.from_pretrained(folder)
-    model_class = getattr(hf_elmo, (config.architectures or ["ElmoModel"])[0])
+    model_class = hf_elmo.ElmoModel if bilm_only else getattr(hf_elmo, (config.architectures or ["ElmoModel"])[0])
     return model_class.from_pretrained(folder, dtype=torch.float32).eval(), ElmoTokenizer.from_pretrained(folder)
 
 
@@ -78,13 +79,15 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--check-lines", type=int, default=500, help="lines of --check-text used")
     parser.add_argument("--label-names", nargs="+",
                         help="names of a classifier's labels, by id (e.g. negative positive)")
+    parser.add_argument("--bilm-only", action="store_true",
+                        help="store the biLM (ElmoModel) without a pre-training output's softmax")
     args = parser.parse_args(argv)
 
-    original, tokenizer = load(args.model)
+    original, tokenizer = load(args.model, args.bilm_only)
     target = BUNDLED_DIR / args.name
     with tempfile.TemporaryDirectory(dir=BUNDLED_DIR) as temporary:
         folder = Path(temporary) / args.name
-        stored = load(args.model)[0].to(torch.float16)
+        stored = load(args.model, args.bilm_only)[0].to(torch.float16)
         if args.label_names:
             if len(args.label_names) != stored.config.num_labels:
                 raise ValueError(f"--label-names needs {stored.config.num_labels} names, got {len(args.label_names)}")
