@@ -8,7 +8,7 @@ from .alphabet_elmo import CharacterAlphabet
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
 RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
-# The matrix products of the fast CPU recurrence (see `kernels_elmo.StepProducts`): "auto" measures which float32
+# The matrix products of the fast CPU recurrence (see `kernels_elmo.step_product`): "auto" measures which float32
 # library is fastest on this machine for each shape, once; "int8" is the opt-in reduced-precision mode.
 CPU_MATMULS = ("auto", "blas", "onednn", "int8")
 
@@ -44,7 +44,7 @@ class ElmoConfig(PretrainedConfig):
             candidates (`"blas"`: `torch.mm` on the `(in, out)` kernels; `"onednn"`: oneDNN's linear on a
             prepacked copy) for each product shape on first use, and keeps the fastest for this CPU, thread count
             and torch version in a cache file (`$HF_ELMO_CACHE`, default `~/.cache/hf_elmo`), so that the choice
-            is made once per machine. oneDNN's copies cost memory (+270 MB resident at the original shapes and
+            is made once per machine. oneDNN's copies cost memory (+257 MB resident at the original shapes and
             batch 32); `"blas"` has none. `"blas"` and `"onednn"` name one library. `"int8"` is opt-in reduced
             precision for small batches, where each step streams its weights: the recurrent and projection kernels
             quantised per output channel, their products in int8 with dynamically quantised inputs (the top layer's
