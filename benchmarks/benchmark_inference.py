@@ -5,7 +5,7 @@ layer's max |diff| against hf_elmo's exact path and against AllenNLP, its minimu
 float32, and the peak memory one call added (resident memory on the CPU, allocated GPU memory on CUDA). The paths
 take turns batch by batch on the same sentences, so that load from other processes falls on all of them alike.
 On the CPU it also runs the opt-in int8 products (`cpu_matmul="int8"`), and prints this machine's float32 GEMM peak
-and the fraction of it each float32 hf_elmo row reaches (the model's floating-point operations per second).
+and the share of it each float32 hf_elmo row uses (the floating-point operations it executes per second).
 
     PYTHONPATH=$PWD:/tmp/allennlp_site:../shared/peer python benchmarks/benchmark_inference.py
     ... benchmarks/benchmark_inference.py --device cuda --dtype bf16 --batches 1:32,64:1024,256:2048
