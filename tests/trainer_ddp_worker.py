@@ -1,6 +1,7 @@
 """Run by torchrun in test_trainer_elmo.py: trains a sequence head with DDP on CPU (gloo) and writes the results."""
 
 import json
+import os
 import sys
 
 import torch
@@ -35,6 +36,11 @@ def main(model_dir: str, output_dir: str) -> None:
     result = {"world_size": args.world_size, "before": before, "after": after, "weights": weights}
     with open(f"{output_dir}/rank{args.process_index}.json", "w") as handle:
         json.dump(result, handle)
+    # Trainer leaves the gloo process group to interpreter exit, whose teardown once aborted a rank ("terminate called
+    # without an active exception") and whose destroy_process_group() can wait on the other rank: the results are
+    # written, so leave without the teardown.
+    sys.stdout.flush()
+    os._exit(0)
 
 
 if __name__ == "__main__":
