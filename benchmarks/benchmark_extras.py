@@ -22,8 +22,9 @@ import torch
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.conversion import convert, load_original
+from hf_elmo.kernels_elmo import cpu_model
 
-from common import PeakRss, cpu_name, make_sentences, rss_bytes, write_random_original_checkpoint
+from common import PeakRss, make_sentences, rss_bytes, write_random_original_checkpoint
 
 
 def tokenizer_words_per_second(tokenizer, sentences) -> float:
@@ -127,7 +128,7 @@ def main():
     for name, speed in speeds.items():
         rows.append((f"training step, batch 32, {name}", f"{speed:.1f} words/s", "reported"))
 
-    print(f"{cpu_name()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32; process RSS at the end "
+    print(f"{cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32; process RSS at the end "
           f"{rss_bytes() / 2**20:,.0f} MB; load average before / after: {load_before} / {os.getloadavg()[0]:.2f}\n")
     print("| measure | result | goal |")
     print("|---|---:|---|")

@@ -27,8 +27,9 @@ import torch
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.conversion import load_original
+from hf_elmo.kernels_elmo import cpu_model
 
-from common import PeakRss, cpu_name, make_sentences, write_random_original_checkpoint
+from common import PeakRss, make_sentences, write_random_original_checkpoint
 
 
 def load_allennlp(options_file: Path, weight_file: Path):
@@ -274,7 +275,7 @@ def main():
 
     parameters = sum(p.numel() for p in model.parameters())
     hardware = f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})" if device.type == "cuda" else \
-        f"{cpu_name()}, {torch.get_num_threads()} threads"
+        f"{cpu_model()}, {torch.get_num_threads()} threads"
     print(f"load average before / after: {load_before} / {os.getloadavg()[0]:.2f} (other processes share these cores)")
     print(f"{hardware}, torch {torch.__version__}, hf_elmo in {args.dtype}, inference_mode; "
           f"random checkpoint of the original shapes ({parameters / 1e6:.1f}M parameters); ~25-word sentences; "

@@ -68,10 +68,3 @@ class PeakRss:
         self._thread.join()
         self.peak = max(self.peak, rss_bytes())
         self.delta = self.peak - self.start
-
-
-def cpu_name() -> str:
-    for line in Path("/proc/cpuinfo").read_text().splitlines():
-        if line.startswith("model name"):
-            return line.split(":", 1)[1].strip()
-    return "unknown CPU"

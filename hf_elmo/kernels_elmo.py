@@ -14,6 +14,7 @@ on every call and runs it on itself, inside its own `forward`: what hooks do aro
   and `torch.export`: the reference code only.
 """
 
+import functools
 import itertools
 import json
 import os
@@ -157,8 +158,9 @@ def choices_file() -> Path:
     return Path(os.environ.get("HF_ELMO_CACHE", default)) / "cpu_matmul_choices.json"
 
 
+@functools.cache
 def cpu_model() -> str:
-    """The CPU's model name (what decides which library is fastest), e.g. "AMD EPYC 7B13"."""
+    """The CPU's model name (what decides which library is fastest), e.g. "AMD EPYC 7B13"; read once per process."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             if line.startswith("model name"):
