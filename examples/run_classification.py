@@ -23,6 +23,7 @@ from transformers import EvalPrediction, HfArgumentParser, Trainer, TrainingArgu
 import hf_elmo
 from hf_elmo import ElmoForSequenceClassification, ElmoTokenizer
 from model_card import write_model_card
+from run_steps import check_steps
 
 HEAD_OPTIONS = ("task_lstm_dim", "pooling", "mix_dropout", "mix_layer_norm", "mix_l2_coefficient",
                 "concat_token_representation")
@@ -111,19 +112,6 @@ def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
         denominator = np.sum(predicted == label) + np.sum(gold == label)
         scores.append(2 * true_positive / denominator)
     return {"accuracy": float(np.mean(predicted == gold)), "macro_f1": float(np.mean(scores))}
-
-
-def check_steps(training_args: TrainingArguments, data_args: DataTrainingArguments):
-    """As in transformers' examples, `--do_train`, `--do_eval` and `--do_predict` choose what runs; each needs its
-    file. (`--eval_strategy` other than `no` implies `--do_eval`.)"""
-    steps = [(training_args.do_train, "--do_train", data_args.train_file, "--train_file"),
-             (training_args.do_eval, "--do_eval", data_args.validation_file, "--validation_file"),
-             (training_args.do_predict, "--do_predict", data_args.test_file, "--test_file")]
-    if not any(chosen for chosen, *_ in steps):
-        raise ValueError("nothing to do: pass --do_train, --do_eval and/or --do_predict")
-    for chosen, flag, file, file_flag in steps:
-        if chosen and file is None:
-            raise ValueError(f"{flag} needs {file_flag}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:

@@ -32,6 +32,7 @@ from transformers import (
 import hf_elmo
 from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
 from model_card import write_model_card
+from run_steps import check_steps
 
 HEAD_OPTIONS = ("task_lstm_dim", "mix_dropout", "mix_layer_norm", "mix_l2_coefficient", "concat_token_representation")
 TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
@@ -138,19 +139,6 @@ def tag_names(raw: DatasetDict, config) -> list[str]:
     if saved and seen <= set(saved):
         return saved
     return sorted(seen, key=lambda tag: (tag != "O", tag[2:], tag))
-
-
-def check_steps(training_args: TrainingArguments, data_args: DataTrainingArguments):
-    """As in transformers' examples, `--do_train`, `--do_eval` and `--do_predict` choose what runs; each needs its
-    file. (`--eval_strategy` other than `no` implies `--do_eval`.)"""
-    steps = [(training_args.do_train, "--do_train", data_args.train_file, "--train_file"),
-             (training_args.do_eval, "--do_eval", data_args.validation_file, "--validation_file"),
-             (training_args.do_predict, "--do_predict", data_args.test_file, "--test_file")]
-    if not any(chosen for chosen, *_ in steps):
-        raise ValueError("nothing to do: pass --do_train, --do_eval and/or --do_predict")
-    for chosen, flag, file, file_flag in steps:
-        if chosen and file is None:
-            raise ValueError(f"{flag} needs {file_flag}")
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
