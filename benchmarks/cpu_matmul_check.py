@@ -22,6 +22,7 @@ import torch
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.conversion import load_original
 
+from benchmark_inference import min_cosine
 from common import make_sentences, rss_bytes, write_random_original_checkpoint
 
 FIXTURE_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "allennlp-elmo"
@@ -36,7 +37,7 @@ def int8_min_cosine(model, tokenizer, sentences: list[list[str]]) -> float:
             model.config.cpu_matmul = matmul
             tops[matmul] = model(**encoded).last_hidden_state
     valid = encoded["attention_mask"].bool()
-    return torch.nn.functional.cosine_similarity(tops["int8"][valid], tops["blas"][valid], dim=-1).min().item()
+    return min_cosine([(tops["int8"], valid)], [(tops["blas"], valid)])
 
 
 def resident_mb_after_batch(matmul: str) -> float:

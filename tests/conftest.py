@@ -32,6 +32,13 @@ def matmul_choices_in_a_temporary_folder(tmp_path_factory):
         os.environ["HF_ELMO_CACHE"] = previous
 
 
+def min_cosine(vectors: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> float:
+    """The smallest cosine similarity between `vectors` and `reference` `(batch, positions, dim)` where `mask` is set;
+    `vectors` in any precision, compared in float32."""
+    valid = mask.bool()
+    return torch.nn.functional.cosine_similarity(vectors[valid].float(), reference[valid], dim=-1).min().item()
+
+
 def has_fixture() -> bool:
     return (FIXTURE_DIR / "lm_weights.hdf5").is_file()
 

@@ -14,7 +14,7 @@ from hf_elmo import ElmoModel, kernels_elmo
 from hf_elmo.kernels_elmo import ElmoLstmLayerFunction, gate_chunks, lstm_layer_with_handwritten_backward
 from hf_elmo.modeling_elmo import ElmoBiLm, ElmoLstmLayer, lstm_layer_reference
 
-from conftest import FLOAT32_TOLERANCE, tiny_config
+from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
 
 def random_batch(config, lengths, seed=0):
@@ -488,12 +488,6 @@ def test_each_float32_library_matches_reference(library, lengths, monkeypatch):
     assert_outputs_match(fast, exact)
 
 
-def top_layer_min_cosine(fast, exact, mask):
-    valid = mask.bool()
-    cosine = torch.nn.functional.cosine_similarity(fast.last_hidden_state[valid], exact.last_hidden_state[valid], -1)
-    return cosine.min().item()
-
-
 def test_int8_products_stay_within_the_offered_cosine(fixture_model, fixture_sentences, monkeypatch):
     """The opt-in int8 mode on a trained checkpoint: the top layer's cosine with float32 at least 0.999, not equal."""
     from hf_elmo import ElmoTokenizer
@@ -504,7 +498,8 @@ def test_int8_products_stay_within_the_offered_cosine(fixture_model, fixture_sen
     exact = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], False, monkeypatch)
     monkeypatch.setattr(fixture_model.config, "cpu_matmul", "int8")
     quantized = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], True, monkeypatch)
-    assert 0.999 <= top_layer_min_cosine(quantized, exact, encoded["attention_mask"]) < 1.0
+    cosine = min_cosine(quantized.last_hidden_state, exact.last_hidden_state, encoded["attention_mask"])
+    assert 0.999 <= cosine < 1.0
     # Only the products repeated at every step are quantised; the input products stay float32.
     for layer in (*fixture_model.bilm.forward_layers, *fixture_model.bilm.backward_layers):
         assert "int8" in kernels_elmo._prepared[id(layer.recurrent_kernel)][1]
