@@ -19,12 +19,11 @@ import time
 from pathlib import Path
 
 import torch
+from common import PeakRss, make_sentences, rss_bytes, write_random_original_checkpoint
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.conversion import convert, load_original
 from hf_elmo.kernels_elmo import cpu_model
-
-from common import PeakRss, make_sentences, rss_bytes, write_random_original_checkpoint
 
 
 def tokenizer_words_per_second(tokenizer, sentences) -> float:
@@ -103,15 +102,17 @@ def main():
     sentences = make_sentences(4000, seed=1)
     tokenizer_words_per_second(tokenizer, sentences[:64])  # warm-up
     speed = tokenizer_words_per_second(tokenizer, sentences)
-    rows.append(("tokenizer, 32 pre-split sentences a call, 4,000 sentences", f"{speed:,.0f} words/s",
-                 ">= 200,000 words/s"))
+    rows.append(
+        ("tokenizer, 32 pre-split sentences a call, 4,000 sentences", f"{speed:,.0f} words/s", ">= 200,000 words/s")
+    )
 
     output_dir = Path(tempfile.mkdtemp()) / "converted"
     began = time.perf_counter()
     convert(options_file, weight_file, output_dir)
     size = weight_file.stat().st_size / 2**20
-    rows.append((f"convert() on a {size:.0f} MB original-layout checkpoint", f"{time.perf_counter() - began:.1f} s",
-                 "<= 15 s"))
+    rows.append(
+        (f"convert() on a {size:.0f} MB original-layout checkpoint", f"{time.perf_counter() - began:.1f} s", "<= 15 s")
+    )
     shutil.rmtree(output_dir.parent)
 
     model = load_original(options_file, weight_file)
@@ -120,16 +121,23 @@ def main():
     for window in (200, None):
         peak, added = document_peak_memory(model, tokenizer, document, window)
         what = f"windows of {window} words, state carried" if window else "one piece"
-        rows.append((f"2,000-word document, {what}: peak RSS (added)", f"{peak:,.0f} MB ({added:,.0f} MB)",
-                     f"< {model_mb + 1024:,.0f} MB (model {model_mb:.0f} MB + 1 GB)"))
+        rows.append(
+            (
+                f"2,000-word document, {what}: peak RSS (added)",
+                f"{peak:,.0f} MB ({added:,.0f} MB)",
+                f"< {model_mb + 1024:,.0f} MB (model {model_mb:.0f} MB + 1 GB)",
+            )
+        )
 
     train_sentences = make_sentences(32 * (args.training_steps + 1), seed=3)
     speeds = training_words_per_second(model, tokenizer, train_sentences, args.training_steps)
     for name, speed in speeds.items():
         rows.append((f"training step, batch 32, {name}", f"{speed:.1f} words/s", "reported"))
 
-    print(f"{cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32; process RSS at the end "
-          f"{rss_bytes() / 2**20:,.0f} MB; load average before / after: {load_before} / {os.getloadavg()[0]:.2f}\n")
+    print(
+        f"{cpu_model()}, {torch.get_num_threads()} threads, torch {torch.__version__}, fp32; process RSS at the end "
+        f"{rss_bytes() / 2**20:,.0f} MB; load average before / after: {load_before} / {os.getloadavg()[0]:.2f}\n"
+    )
     print("| measure | result | goal |")
     print("|---|---:|---|")
     for measure, result, goal in rows:

@@ -24,20 +24,19 @@ import time
 from pathlib import Path
 
 import torch
+from common import PeakRss, make_sentences, write_random_original_checkpoint
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.conversion import load_original
 from hf_elmo.kernels_elmo import cpu_model
 
-from common import PeakRss, make_sentences, write_random_original_checkpoint
-
 
 def load_allennlp(options_file: Path, weight_file: Path):
     """AllenNLP's `Elmo` on the same files, or None when AllenNLP is not importable."""
     try:
-        import allennlp_shim  # noqa: F401  (stands in for AllenNLP's heavy, unused dependencies)
         import allennlp.modules.elmo as allennlp_elmo
         import allennlp.modules.elmo_lstm as allennlp_elmo_lstm
+        import allennlp_shim  # noqa: F401  (stands in for AllenNLP's heavy, unused dependencies)
     except ImportError:
         return None
     allennlp_elmo.cached_path = allennlp_elmo_lstm.cached_path = str
@@ -202,8 +201,12 @@ def parse_batches(text: str) -> list[tuple[int, int]]:
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--batches", type=parse_batches, default=parse_batches("1:8,32:96"),
-                        help="batch sizes and the sentences each runs, SIZE:SENTENCES,... (default 1:8,32:96)")
+    parser.add_argument(
+        "--batches",
+        type=parse_batches,
+        default=parse_batches("1:8,32:96"),
+        help="batch sizes and the sentences each runs, SIZE:SENTENCES,... (default 1:8,32:96)",
+    )
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="hf_elmo's precision (default fp32)")
     parser.add_argument("--no-allennlp", action="store_true", help="leave AllenNLP out even where it is importable")
@@ -224,8 +227,10 @@ def main():
     float32_model = model if DTYPES[args.dtype] == torch.float32 else copy.deepcopy(model)
     model = model.to(DTYPES[args.dtype])
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
-    paths = {"hf_elmo exact (reference paths)": hf_elmo_path(model, tokenizer, "reference"),
-             "hf_elmo fast (default)": hf_elmo_path(model, tokenizer, "auto")}
+    paths = {
+        "hf_elmo exact (reference paths)": hf_elmo_path(model, tokenizer, "reference"),
+        "hf_elmo fast (default)": hf_elmo_path(model, tokenizer, "auto"),
+    }
     if device.type == "cpu" and DTYPES[args.dtype] == torch.float32:
         paths["hf_elmo fast, int8 products (opt-in)"] = hf_elmo_path(model, tokenizer, "auto", "int8")
     float32_exact = hf_elmo_path(float32_model, tokenizer, "reference")
@@ -249,54 +254,80 @@ def main():
                 run(batch_sentences[:batch_size])
             words = sum(len(sentence) for sentence in batch_sentences)
             positions = words + 2 * len(batch_sentences)  # with <S> and </S>
-            flops = sum(model_flops(config, sum(len(s) + 2 for s in batch), len({w for s in batch for w in s}) + 2)
-                        for batch in (batch_sentences[i : i + batch_size] for i in range(0, count, batch_size)))
+            flops = sum(
+                model_flops(config, sum(len(s) + 2 for s in batch), len({w for s in batch for w in s}) + 2)
+                for batch in (batch_sentences[i : i + batch_size] for i in range(0, count, batch_size))
+            )
             if device.type == "cpu":
                 bounds[batch_size] = step_products_bound(float32_model, batch_size, words / positions)
             results = measure(paths, batch_sentences, batch_size, device)
             exact = results["hf_elmo exact (reference paths)"][2]
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
-            reference = [float32_exact(batch_sentences[start : start + batch_size])[1:]
-                         for start in range(0, count, batch_size)]
+            reference = [
+                float32_exact(batch_sentences[start : start + batch_size])[1:] for start in range(0, count, batch_size)
+            ]
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.dtype == "tf32"
             baseline = results.get("AllenNLP 2.10.1 Elmo")
             for name, (seconds, memory, outputs) in results.items():
-                float32_fast = device.type == "cpu" and name.startswith("hf_elmo fast") and "int8" not in name \
+                float32_fast = (
+                    device.type == "cpu"
+                    and name.startswith("hf_elmo fast")
+                    and "int8" not in name
                     and DTYPES[args.dtype] == torch.float32
+                )
                 rows.append(
-                    (name, batch_size, count, words / seconds,
-                     f"{baseline[0] / seconds:.2f}x" if baseline else "-",
-                     f"{max_diff(outputs, exact):.1e}",
-                     f"{max_diff(outputs, baseline[2]):.1e}" if baseline else "-",
-                     f"{min_cosine(outputs, reference):.5f}",
-                     memory / 2**20,
-                     flops / seconds / 1e9 if float32_fast else None)
+                    (
+                        name,
+                        batch_size,
+                        count,
+                        words / seconds,
+                        f"{baseline[0] / seconds:.2f}x" if baseline else "-",
+                        f"{max_diff(outputs, exact):.1e}",
+                        f"{max_diff(outputs, baseline[2]):.1e}" if baseline else "-",
+                        f"{min_cosine(outputs, reference):.5f}",
+                        memory / 2**20,
+                        flops / seconds / 1e9 if float32_fast else None,
+                    )
                 )
 
     parameters = sum(p.numel() for p in model.parameters())
-    hardware = f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})" if device.type == "cuda" else \
-        f"{cpu_model()}, {torch.get_num_threads()} threads"
+    hardware = (
+        f"{torch.cuda.get_device_name(device)} (CUDA {torch.version.cuda})"
+        if device.type == "cuda"
+        else f"{cpu_model()}, {torch.get_num_threads()} threads"
+    )
     print(f"load average before / after: {load_before} / {os.getloadavg()[0]:.2f} (other processes share these cores)")
-    print(f"{hardware}, torch {torch.__version__}, hf_elmo in {args.dtype}, inference_mode; "
-          f"random checkpoint of the original shapes ({parameters / 1e6:.1f}M parameters); ~25-word sentences; "
-          f"end to end from words (tokenize + model)\n")
+    print(
+        f"{hardware}, torch {torch.__version__}, hf_elmo in {args.dtype}, inference_mode; "
+        f"random checkpoint of the original shapes ({parameters / 1e6:.1f}M parameters); ~25-word sentences; "
+        f"end to end from words (tokenize + model)\n"
+    )
     memory = "peak GPU memory added (MB)" if device.type == "cuda" else "peak RSS added (MB)"
     peak = max(peak_before, gemm_peak()) if device.type == "cpu" else None
-    print("| path | batch | sentences | words/s | vs AllenNLP | max abs diff vs exact | max abs diff vs AllenNLP "
-          f"| min cosine vs fp32 exact | {memory} | GFLOP/s (of fp32 GEMM peak) |")
+    print(
+        "| path | batch | sentences | words/s | vs AllenNLP | max abs diff vs exact | max abs diff vs AllenNLP "
+        f"| min cosine vs fp32 exact | {memory} | GFLOP/s (of fp32 GEMM peak) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
     for name, batch_size, count, speed, ratio, diff_exact, diff_allennlp, cosine, memory, gflops in rows:
         compute = f"{gflops:.0f} ({gflops / peak:.0%})" if gflops is not None and peak else "-"
-        print(f"| {name} | {batch_size} | {count} | {speed:.1f} | {ratio} | {diff_exact} | {diff_allennlp} "
-              f"| {cosine} | {memory:.0f} | {compute} |")
+        print(
+            f"| {name} | {batch_size} | {count} | {speed:.1f} | {ratio} | {diff_exact} | {diff_allennlp} "
+            f"| {cosine} | {memory:.0f} | {compute} |"
+        )
     if peak:
-        print(f"\nfp32 GEMM peak here: {peak:.0f} GFLOP/s (the best (2048, 2048) @ (2048, 2048) torch.mm on "
-              f"{torch.get_num_threads()} threads, before and after the paths); GFLOP/s counts the products the fast "
-              "path executes (see model_flops)")
+        print(
+            f"\nfp32 GEMM peak here: {peak:.0f} GFLOP/s (the best (2048, 2048) @ (2048, 2048) torch.mm on "
+            f"{torch.get_num_threads()} threads, before and after the paths); GFLOP/s counts the products the fast "
+            "path executes (see model_flops)"
+        )
     if bounds:
-        print("\nupper bound from the LSTM steps' recurrent and projection products alone (timed in this run, weights "
-              "in cache; see step_products_bound): " + ", ".join(f"batch {size}: {bound:.0f} words/s"
-                                                             for size, bound in bounds.items()))
+        print(
+            "\nupper bound from the LSTM steps' recurrent and projection products alone (timed in this run, weights "
+            "in cache; see step_products_bound): "
+            + ", ".join(f"batch {size}: {bound:.0f} words/s" for size, bound in bounds.items())
+        )
+
 
 if __name__ == "__main__":
     main()

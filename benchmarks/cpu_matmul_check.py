@@ -18,12 +18,11 @@ import tempfile
 from pathlib import Path
 
 import torch
+from benchmark_inference import min_cosine
+from common import make_sentences, rss_bytes, write_random_original_checkpoint
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.conversion import load_original
-
-from benchmark_inference import min_cosine
-from common import make_sentences, rss_bytes, write_random_original_checkpoint
 
 FIXTURE_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "allennlp-elmo"
 CHECKPOINT_DIR = Path(tempfile.gettempdir()) / "hf_elmo_bench_ckpt"
@@ -68,20 +67,25 @@ def main():
         tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
         groups = json.loads((FIXTURE_DIR / "sentences.json").read_text(encoding="utf-8"))
         sentences = [sentence.split() for group in groups for sentence in group]
-        print(f"| original-format test checkpoint (../shared) | {len(sentences)} | "
-              f"{int8_min_cosine(model, tokenizer, sentences):.5f} |")
+        print(
+            f"| original-format test checkpoint (../shared) | {len(sentences)} | "
+            f"{int8_min_cosine(model, tokenizer, sentences):.5f} |"
+        )
     if args.korean_text:
         path = bundled_model_path("ko-nsmc")
         model = ElmoModel.from_pretrained(path, dtype=torch.float32).eval()
         tokenizer = ElmoTokenizer.from_pretrained(path)
         lines = args.korean_text.read_text(encoding="utf-8").splitlines()[:500]
-        print(f"| bundled ko-nsmc | {len(lines)} | "
-              f"{int8_min_cosine(model, tokenizer, [line.split() for line in lines]):.5f} |")
+        print(
+            f"| bundled ko-nsmc | {len(lines)} | "
+            f"{int8_min_cosine(model, tokenizer, [line.split() for line in lines]):.5f} |"
+        )
 
     print("\n| cpu_matmul | resident memory after a batch of 32, original shapes (MB) |\n|---|---:|")
     for matmul in ("blas", "auto", "int8"):
-        child = subprocess.run([sys.executable, __file__, "--memory-of", matmul], capture_output=True, text=True,
-                               check=True)
+        child = subprocess.run(
+            [sys.executable, __file__, "--memory-of", matmul], capture_output=True, text=True, check=True
+        )
         print(f"| {matmul} | {float(child.stdout.split()[-1]):.0f} |")
 
 

@@ -14,8 +14,9 @@ import pstats
 
 def cumulative(stats: dict, file_part: str, name: str) -> float:
     """The largest cumulative seconds of a function `name` defined in a file whose path holds `file_part`."""
-    return max((row[3] for (path, _, function), row in stats.items() if file_part in path and function == name),
-               default=0.0)
+    return max(
+        (row[3] for (path, _, function), row in stats.items() if file_part in path and function == name), default=0.0
+    )
 
 
 def main():
@@ -26,11 +27,18 @@ def main():
     stats, total = profile.stats, profile.total_tt
     loading = cumulative(stats, "hf_elmo/cli.py", "load_model")
     tokenizing = cumulative(stats, "hf_elmo/tokenization_elmo.py", "__call__")
-    model = cumulative(stats, "hf_elmo/cli.py", "embed_batch") + cumulative(stats, "hf_elmo/cli.py", "embed_long") \
+    model = (
+        cumulative(stats, "hf_elmo/cli.py", "embed_batch")
+        + cumulative(stats, "hf_elmo/cli.py", "embed_long")
         - tokenizing
+    )
     writing = sum(cumulative(stats, "hf_elmo/cli.py", name) for name in ("select_layers", "write", "commit", "finish"))
-    parts = {"loading the model": loading, "tokenizing": tokenizing, "model (and copy to CPU)": model,
-             "writing (layer choice, parts, final file)": writing}
+    parts = {
+        "loading the model": loading,
+        "tokenizing": tokenizing,
+        "model (and copy to CPU)": model,
+        "writing (layer choice, parts, final file)": writing,
+    }
     parts["other (reading and sorting lines, imports)"] = total - sum(parts.values())
     print("| part of the run | seconds | share |")
     print("|---|---:|---:|")

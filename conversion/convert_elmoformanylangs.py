@@ -8,8 +8,10 @@ from hf_elmo.cli import main as hf_elmo_main
 
 
 def main(argv=None) -> int:
-    return hf_elmo_main(["convert", "--format", "elmoformanylangs", *(sys.argv[1:] if argv is None else argv)],
-                        prog=Path(__file__).name)
+    return hf_elmo_main(
+        ["convert", "--format", "elmoformanylangs", *(sys.argv[1:] if argv is None else argv)],
+        prog=Path(__file__).name,
+    )
 
 
 if __name__ == "__main__":

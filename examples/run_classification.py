@@ -18,15 +18,21 @@ from pathlib import Path
 
 import numpy as np
 from datasets import load_dataset
+from model_card import write_model_card
+from run_steps import check_steps
 from transformers import EvalPrediction, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 import hf_elmo
 from hf_elmo import ElmoForSequenceClassification, ElmoTokenizer
-from model_card import write_model_card
-from run_steps import check_steps
 
-HEAD_OPTIONS = ("task_lstm_dim", "pooling", "mix_dropout", "mix_layer_norm", "mix_l2_coefficient",
-                "concat_token_representation")
+HEAD_OPTIONS = (
+    "task_lstm_dim",
+    "pooling",
+    "mix_dropout",
+    "mix_layer_norm",
+    "mix_l2_coefficient",
+    "concat_token_representation",
+)
 
 
 @dataclass
@@ -41,7 +47,8 @@ class ModelArguments:
     mix_layer_norm: bool | None = field(default=None, metadata={"help": "normalise each layer before mixing"})
     mix_l2_coefficient: float | None = field(default=None, metadata={"help": "L2 penalty on the mixing scalars"})
     concat_token_representation: bool | None = field(
-        default=None, metadata={"help": "feed the context-independent token representation beside the mix"})
+        default=None, metadata={"help": "feed the context-independent token representation beside the mix"}
+    )
     license: str = field(default="apache-2.0", metadata={"help": "license written in the model card"})
 
 
@@ -51,10 +58,13 @@ class DataTrainingArguments:
     validation_file: str | None = field(default=None, metadata={"help": "csv or json(l) validation file"})
     test_file: str | None = field(default=None, metadata={"help": "csv or json(l) test file"})
     text_column: str = field(default="text", metadata={"help": "column holding the (first) sentence"})
-    text_pair_column: str = field(default="text_pair",
-                                  metadata={"help": "column holding the second sentence; used when present"})
+    text_pair_column: str = field(
+        default="text_pair", metadata={"help": "column holding the second sentence; used when present"}
+    )
     label_column: str = field(default="label", metadata={"help": "column holding the label"})
-    max_seq_length: int | None = field(default=None, metadata={"help": "positions kept per example, <S>/</S> included"})
+    max_seq_length: int | None = field(
+        default=None, metadata={"help": "positions kept per example, <S>/</S> included"}
+    )
     max_train_samples: int | None = field(default=None, metadata={"help": "keep the first N training examples"})
     max_eval_samples: int | None = field(default=None, metadata={"help": "keep the first N validation examples"})
     max_predict_samples: int | None = field(default=None, metadata={"help": "keep the first N test examples"})
@@ -69,21 +79,33 @@ class DataTrainingArguments:
 
 def load_splits(data_args: DataTrainingArguments):
     """The given files as a `DatasetDict` with splits `train`, `validation`, `test`."""
-    files = {split: name for split, name in (("train", data_args.train_file), ("validation", data_args.validation_file),
-                                             ("test", data_args.test_file)) if name is not None}
+    files = {
+        split: name
+        for split, name in (
+            ("train", data_args.train_file),
+            ("validation", data_args.validation_file),
+            ("test", data_args.test_file),
+        )
+        if name is not None
+    }
     builder = "csv" if Path(next(iter(files.values()))).suffix == ".csv" else "json"
     if any((Path(name).suffix == ".csv") != (builder == "csv") for name in files.values()):
         raise ValueError("all data files must have the same format (csv, or json/jsonl)")
     raw = load_dataset(builder, data_files=files)
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_predict_samples,
+    }
     for split, limit in limits.items():
         if split in raw and limit is not None:
             raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
     for split, dataset in raw.items():
         if data_args.text_column not in dataset.column_names:
-            raise ValueError(f"the {split} file has no column {data_args.text_column!r} (columns: "
-                             f"{dataset.column_names}); set --text_column")
+            raise ValueError(
+                f"the {split} file has no column {data_args.text_column!r} (columns: "
+                f"{dataset.column_names}); set --text_column"
+            )
     return raw
 
 
@@ -98,8 +120,9 @@ def label_names(raw, data_args: DataTrainingArguments, config) -> list[str]:
     saved = [config.id2label[i] for i in range(len(config.id2label))] if config is not None else []
     if saved and seen <= set(saved) and not all(name.startswith("LABEL_") for name in saved):
         return saved
-    return sorted(seen, key=lambda name: (not name.lstrip("-").isdigit(), int(name) if name.lstrip("-").isdigit()
-                                          else 0, name))
+    return sorted(
+        seen, key=lambda name: (not name.lstrip("-").isdigit(), int(name) if name.lstrip("-").isdigit() else 0, name)
+    )
 
 
 def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
@@ -118,8 +141,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_steps(training_args, data_args)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
-                        handlers=[logging.StreamHandler(sys.stdout)])
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO,
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
     set_seed(training_args.seed)
 
     raw = load_splits(data_args)
@@ -132,25 +158,42 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
     overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
     model = ElmoForSequenceClassification.from_pretrained(
-        model_args.model_name_or_path, num_labels=len(labels), id2label=dict(enumerate(labels)), label2id=label2id,
-        problem_type="single_label_classification", freeze_bilm=model_args.freeze_bilm,
-        pair_classification=pairs, **overrides)
+        model_args.model_name_or_path,
+        num_labels=len(labels),
+        id2label=dict(enumerate(labels)),
+        label2id=label2id,
+        problem_type="single_label_classification",
+        freeze_bilm=model_args.freeze_bilm,
+        pair_classification=pairs,
+        **overrides,
+    )
 
     def preprocess(batch):
         second = batch[data_args.text_pair_column] if pairs else None
-        encoding = tokenizer(batch[data_args.text_column], second, truncation=data_args.max_seq_length is not None,
-                             max_length=data_args.max_seq_length)
+        encoding = tokenizer(
+            batch[data_args.text_column],
+            second,
+            truncation=data_args.max_seq_length is not None,
+            max_length=data_args.max_seq_length,
+        )
         if data_args.label_column in batch:
             encoding["labels"] = [label2id[str(label)] for label in batch[data_args.label_column]]
         return encoding
 
     with training_args.main_process_first(desc="tokenizing"):
-        data = {split: dataset.map(preprocess, batched=True, remove_columns=dataset.column_names, desc=split)
-                for split, dataset in raw.items()}
+        data = {
+            split: dataset.map(preprocess, batched=True, remove_columns=dataset.column_names, desc=split)
+            for split, dataset in raw.items()
+        }
 
-    trainer = Trainer(model=model, args=training_args, train_dataset=data.get("train"),
-                      eval_dataset=data.get("validation"), processing_class=tokenizer,
-                      compute_metrics=classification_metrics)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=data.get("train"),
+        eval_dataset=data.get("validation"),
+        processing_class=tokenizer,
+        compute_metrics=classification_metrics,
+    )
     results = {}
     if training_args.do_train:
         train_result = trainer.train()
@@ -172,25 +215,39 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             path.write_text("".join(f"{labels[i]}\n" for i in predicted), encoding="utf-8")
 
     for split, metrics in results.items():
-        print(f"{split}: " + ", ".join(f"{name} = {value:.4f}" for name, value in sorted(metrics.items())
-                                       if name in ("accuracy", "macro_f1", "loss")))
+        print(
+            f"{split}: "
+            + ", ".join(
+                f"{name} = {value:.4f}"
+                for name, value in sorted(metrics.items())
+                if name in ("accuracy", "macro_f1", "loss")
+            )
+        )
     if training_args.do_train:
         trainer.save_model(training_args.output_dir)  # model, tokenizer (the processing class) and code files
         if trainer.is_world_process_zero():
-            card_results = {split: {name: value for name, value in metrics.items() if name in ("accuracy", "macro_f1")}
-                            for split, metrics in results.items()}
+            card_results = {
+                split: {name: value for name, value in metrics.items() if name in ("accuracy", "macro_f1")}
+                for split, metrics in results.items()
+            }
             write_model_card(
-                training_args.output_dir, script="run_classification.py",
-                model_name_or_path=model_args.model_name_or_path, pipeline_tag="text-classification",
-                tags=["text-classification"], license=model_args.license,
+                training_args.output_dir,
+                script="run_classification.py",
+                model_name_or_path=model_args.model_name_or_path,
+                pipeline_tag="text-classification",
+                tags=["text-classification"],
+                license=model_args.license,
                 head=f"{'sentence-pair' if pairs else 'sentence'} classification into {len(labels)} classes "
-                     f"({', '.join(labels)})",
-                freeze_bilm=model_args.freeze_bilm, results=card_results,
-                data_files=[name for name in (data_args.train_file, data_args.validation_file, data_args.test_file)
-                            if name],
+                f"({', '.join(labels)})",
+                freeze_bilm=model_args.freeze_bilm,
+                results=card_results,
+                data_files=[
+                    name for name in (data_args.train_file, data_args.validation_file, data_args.test_file) if name
+                ],
                 auto_class="AutoModelForSequenceClassification",
                 usage='batch = tokenizer(["a sentence to classify"], padding=True, return_tensors="pt")\n'
-                      'label = model.config.id2label[model(**batch).logits.argmax(-1).item()]')
+                "label = model.config.id2label[model(**batch).logits.argmax(-1).item()]",
+            )
     return results
 
 

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import numpy as np
 from datasets import Dataset, DatasetDict, load_dataset
+from model_card import write_model_card
+from run_steps import check_steps
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 from transformers import (
     DataCollatorForTokenClassification,
@@ -31,8 +33,6 @@ from transformers import (
 
 import hf_elmo
 from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
-from model_card import write_model_card
-from run_steps import check_steps
 
 HEAD_OPTIONS = ("task_lstm_dim", "mix_dropout", "mix_layer_norm", "mix_l2_coefficient", "concat_token_representation")
 TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
@@ -47,7 +47,8 @@ class ModelArguments:
     mix_layer_norm: bool | None = field(default=None, metadata={"help": "normalise each layer before mixing"})
     mix_l2_coefficient: float | None = field(default=None, metadata={"help": "L2 penalty on the mixing scalars"})
     concat_token_representation: bool | None = field(
-        default=None, metadata={"help": "feed the context-independent token representation beside the mix"})
+        default=None, metadata={"help": "feed the context-independent token representation beside the mix"}
+    )
     license: str = field(default="apache-2.0", metadata={"help": "license written in the model card"})
 
 
@@ -109,8 +110,11 @@ def read_table(path: str, data_args: DataTrainingArguments) -> dict[str, list[li
 def load_splits(data_args: DataTrainingArguments) -> DatasetDict:
     """The given files as a `DatasetDict` with columns `tokens` (and `tags` where given)."""
     files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
-    limits = {"train": data_args.max_train_samples, "validation": data_args.max_eval_samples,
-              "test": data_args.max_predict_samples}
+    limits = {
+        "train": data_args.max_train_samples,
+        "validation": data_args.max_eval_samples,
+        "test": data_args.max_predict_samples,
+    }
     splits = {}
     for split, path in files.items():
         if path is None:
@@ -145,8 +149,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_steps(training_args, data_args)
-    logging.basicConfig(format="%(asctime)s %(levelname)s %(name)s: %(message)s", level=logging.INFO,
-                        handlers=[logging.StreamHandler(sys.stdout)])
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO,
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
     set_seed(training_args.seed)
 
     raw = load_splits(data_args)
@@ -158,21 +165,37 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
     overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
     model = ElmoForTokenClassification.from_pretrained(
-        model_args.model_name_or_path, num_labels=len(tags), id2label=dict(enumerate(tags)), label2id=tag2id,
-        freeze_bilm=model_args.freeze_bilm, **overrides)
+        model_args.model_name_or_path,
+        num_labels=len(tags),
+        id2label=dict(enumerate(tags)),
+        label2id=tag2id,
+        freeze_bilm=model_args.freeze_bilm,
+        **overrides,
+    )
 
     def preprocess(batch):
-        encoding = tokenizer(batch["tokens"], is_split_into_words=True,
-                             truncation=data_args.max_seq_length is not None, max_length=data_args.max_seq_length)
+        encoding = tokenizer(
+            batch["tokens"],
+            is_split_into_words=True,
+            truncation=data_args.max_seq_length is not None,
+            max_length=data_args.max_seq_length,
+        )
         # One position per word: the word's tag, -100 at <S>, </S> (and, once collated, at padding). Without tags
         # (a test file to tag), 0 marks the positions to predict; no metrics are computed then.
-        encoding["labels"] = [[-100 if word is None else tag2id[batch["tags"][i][word]] if "tags" in batch else 0
-                               for word in encoding.word_ids(i)] for i in range(len(batch["tokens"]))]
+        encoding["labels"] = [
+            [
+                -100 if word is None else tag2id[batch["tags"][i][word]] if "tags" in batch else 0
+                for word in encoding.word_ids(i)
+            ]
+            for i in range(len(batch["tokens"]))
+        ]
         return encoding
 
     with training_args.main_process_first(desc="tokenizing"):
-        data = {split: dataset.map(preprocess, batched=True, remove_columns=dataset.column_names, desc=split)
-                for split, dataset in raw.items()}
+        data = {
+            split: dataset.map(preprocess, batched=True, remove_columns=dataset.column_names, desc=split)
+            for split, dataset in raw.items()
+        }
 
     def to_tag_sequences(logits: np.ndarray, label_ids: np.ndarray) -> tuple[list[list[str]], list[list[str]]]:
         predicted = np.argmax(logits, axis=-1)
@@ -185,15 +208,22 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
     def entity_metrics(prediction: EvalPrediction) -> dict[str, float]:
         gold, predicted = to_tag_sequences(prediction.predictions, prediction.label_ids)
-        return {"precision": precision_score(gold, predicted, zero_division=0),
-                "recall": recall_score(gold, predicted, zero_division=0),
-                "f1": f1_score(gold, predicted, zero_division=0),
-                "accuracy": accuracy_score(gold, predicted)}
+        return {
+            "precision": precision_score(gold, predicted, zero_division=0),
+            "recall": recall_score(gold, predicted, zero_division=0),
+            "f1": f1_score(gold, predicted, zero_division=0),
+            "accuracy": accuracy_score(gold, predicted),
+        }
 
-    trainer = Trainer(model=model, args=training_args, train_dataset=data.get("train"),
-                      eval_dataset=data.get("validation"), processing_class=tokenizer,
-                      data_collator=DataCollatorForTokenClassification(tokenizer),
-                      compute_metrics=entity_metrics)
+    trainer = Trainer(
+        model=model,
+        args=training_args,
+        train_dataset=data.get("train"),
+        eval_dataset=data.get("validation"),
+        processing_class=tokenizer,
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        compute_metrics=entity_metrics,
+    )
     results = {}
     if training_args.do_train:
         train_result = trainer.train()
@@ -216,26 +246,41 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             (Path(training_args.output_dir) / "test_predictions.conll").write_text("".join(lines), encoding="utf-8")
 
     for split, metrics in results.items():
-        print(f"{split}: " + ", ".join(f"{name} = {value:.4f}" for name, value in sorted(metrics.items())
-                                       if name in ("precision", "recall", "f1", "accuracy", "loss")))
+        print(
+            f"{split}: "
+            + ", ".join(
+                f"{name} = {value:.4f}"
+                for name, value in sorted(metrics.items())
+                if name in ("precision", "recall", "f1", "accuracy", "loss")
+            )
+        )
     if training_args.do_train:
         trainer.save_model(training_args.output_dir)  # model, tokenizer (the processing class) and code files
         if trainer.is_world_process_zero():
-            card_results = {split: {name: value for name, value in metrics.items()
-                                    if name in ("precision", "recall", "f1", "accuracy")}
-                            for split, metrics in results.items()}
+            card_results = {
+                split: {
+                    name: value for name, value in metrics.items() if name in ("precision", "recall", "f1", "accuracy")
+                }
+                for split, metrics in results.items()
+            }
             write_model_card(
-                training_args.output_dir, script="run_token_classification.py",
-                model_name_or_path=model_args.model_name_or_path, pipeline_tag="token-classification",
-                tags=["token-classification"], license=model_args.license,
+                training_args.output_dir,
+                script="run_token_classification.py",
+                model_name_or_path=model_args.model_name_or_path,
+                pipeline_tag="token-classification",
+                tags=["token-classification"],
+                license=model_args.license,
                 head=f"one tag per word out of {len(tags)} ({', '.join(tags)})",
-                freeze_bilm=model_args.freeze_bilm, results=card_results,
-                data_files=[name for name in (data_args.train_file, data_args.validation_file, data_args.test_file)
-                            if name],
+                freeze_bilm=model_args.freeze_bilm,
+                results=card_results,
+                data_files=[
+                    name for name in (data_args.train_file, data_args.validation_file, data_args.test_file) if name
+                ],
                 auto_class="AutoModelForTokenClassification",
                 usage='encoding = tokenizer([["Ada", "lives", "in", "Paris"]], is_split_into_words=True,\n'
-                      '                     padding=True, return_tensors="pt")\n'
-                      "model.predict_word_labels(encoding)  # [[(tag, probability) for each word]]")
+                '                     padding=True, return_tensors="pt")\n'
+                "model.predict_word_labels(encoding)  # [[(tag, probability) for each word]]",
+            )
     return results
 
 

@@ -21,6 +21,21 @@ from .modeling_elmo import (
 )
 from .tokenization_elmo import ElmoTokenizer
 
+__all__ = [
+    "BUNDLED_MODELS",
+    "ElmoConfig",
+    "ElmoForPreTraining",
+    "ElmoForPreTrainingOutput",
+    "ElmoForSequenceClassification",
+    "ElmoForTokenClassification",
+    "ElmoModel",
+    "ElmoModelOutput",
+    "ElmoPreTrainedModel",
+    "ElmoScalarMix",
+    "ElmoTokenizer",
+    "bundled_model_path",
+]
+
 # Importing hf_elmo makes the Auto classes resolve model_type "elmo"; register_for_auto_class makes save_pretrained
 # write `auto_map` and copy the code files, so saved folders also load with trust_remote_code=True without hf_elmo.
 AutoConfig.register("elmo", ElmoConfig, exist_ok=True)

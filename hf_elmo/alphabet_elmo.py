@@ -30,8 +30,13 @@ BEGIN_OF_WORD_CHAR = 258
 END_OF_WORD_CHAR = 259
 PADDING_CHAR = 260
 BYTE_ALPHABET_SIZE = 261
-BYTE_MARKERS = {"begin_of_sentence": BEGIN_OF_SENTENCE_CHAR, "end_of_sentence": END_OF_SENTENCE_CHAR,
-                "begin_of_word": BEGIN_OF_WORD_CHAR, "end_of_word": END_OF_WORD_CHAR, "padding": PADDING_CHAR}
+BYTE_MARKERS = {
+    "begin_of_sentence": BEGIN_OF_SENTENCE_CHAR,
+    "end_of_sentence": END_OF_SENTENCE_CHAR,
+    "begin_of_word": BEGIN_OF_WORD_CHAR,
+    "end_of_word": END_OF_WORD_CHAR,
+    "padding": PADDING_CHAR,
+}
 
 # Words that stand for the sentence boundaries, by alphabet kind (as in each original vocabulary).
 BYTE_BOUNDARY_WORDS = ("<S>", "</S>")
@@ -76,7 +81,9 @@ class CharacterAlphabet:
     # -- construction ---------------------------------------------------------------------------------------------
 
     @classmethod
-    def from_symbols(cls, symbols: dict[str, int], marker_symbols: dict[str, str] | None = None) -> "CharacterAlphabet":
+    def from_symbols(
+        cls, symbols: dict[str, int], marker_symbols: dict[str, str] | None = None
+    ) -> "CharacterAlphabet":
         """
         A learned alphabet whose markers are the ids of the symbols named by `marker_symbols` (role -> symbol,
         default: the names in `MARKER_SYMBOLS`).
@@ -156,7 +163,9 @@ class CharacterAlphabet:
         else:
             unknown = self.markers["unknown"]
             chars = [self.symbols.get(char, unknown) for char in self.cut(word, max_characters_per_token)]
-        return self._row([self.markers["begin_of_word"], *chars, self.markers["end_of_word"]], max_characters_per_token)
+        return self._row(
+            [self.markers["begin_of_word"], *chars, self.markers["end_of_word"]], max_characters_per_token
+        )
 
     def boundary_row(self, end: bool, max_characters_per_token: int) -> list[int]:
         """The shifted ids of the `<S>` row (`end=False`) or of the `</S>` row."""

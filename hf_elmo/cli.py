@@ -85,8 +85,9 @@ def load_model(name: str, dtype: torch.dtype | str = "auto", device: str = "cpu"
         model = model.to(device).eval()
     except (OSError, ValueError, TypeError, RuntimeError) as error:
         if offline:
-            raise CliError(f"no such model folder: {name}; as a Hub id it is not in the Hub cache, and the Hub "
-                           f"cannot be reached") from error
+            raise CliError(
+                f"no such model folder: {name}; as a Hub id it is not in the Hub cache, and the Hub cannot be reached"
+            ) from error
         raise CliError(f"cannot load {name} as an hf_elmo model: {_first_line(error)}") from error
     if tokenizer.max_characters_per_token != model.config.max_characters_per_token:  # a folder without tokenizer files
         tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
@@ -161,8 +162,10 @@ def read_lines(path: Path, errors: str, shard: tuple[int, int] = (0, 1)) -> Iter
                     text = raw.decode("utf-8", "replace" if errors == "replace" else "strict")
                 except UnicodeDecodeError as error:
                     if errors == "strict":
-                        raise CliError(f"{path} line {index + 1}: not valid UTF-8 ({error.reason} at byte "
-                                       f"{error.start}); pass --errors replace or --errors skip") from error
+                        raise CliError(
+                            f"{path} line {index + 1}: not valid UTF-8 ({error.reason} at byte "
+                            f"{error.start}); pass --errors replace or --errors skip"
+                        ) from error
                     text = None
                 yield index, None if text is None else text.strip()
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
@@ -177,16 +180,21 @@ def run_identity(input_path: Path, model_name: str, model, options: dict) -> dic
     """What a resumed run must share with the run it continues: the input file (path, size, modification time), the
     model (folder or Hub id, and hashes of its config and weights) and every option that changes what is written."""
     stat = input_path.stat()
-    config = {k: v for k, v in model.config.to_dict().items()
-              if not k.startswith("_") and k not in ("transformers_version", "dtype")}
+    config = {
+        k: v
+        for k, v in model.config.to_dict().items()
+        if not k.startswith("_") and k not in ("transformers_version", "dtype")
+    }
     weights = hashlib.sha256()
     for name, tensor in sorted(model.state_dict().items()):
         weights.update(name.encode())
         weights.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
     return {
         "input file": f"{input_path.resolve()} ({stat.st_size:,} bytes, modified "
-                      f"{datetime.fromtimestamp(stat.st_mtime).isoformat(timespec='microseconds')})",
-        "model": str(Path(model_name).expanduser().resolve()) if Path(model_name).expanduser().is_dir() else model_name,
+        f"{datetime.fromtimestamp(stat.st_mtime).isoformat(timespec='microseconds')})",
+        "model": str(Path(model_name).expanduser().resolve())
+        if Path(model_name).expanduser().is_dir()
+        else model_name,
         "model config": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
         "model weights": weights.hexdigest()[:16],
         **options,
@@ -216,10 +224,14 @@ def embed_batch(model, tokenizer, sentences: list[list[str]]) -> list[torch.Tens
     device = model.device
     encoding = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
     word_inputs = {"word_input_ids": encoding["word_input_ids"].to(device)} if "word_input_ids" in encoding else {}
-    output = model(encoding["input_ids"].to(device), attention_mask=encoding["attention_mask"].to(device),
-                   output_hidden_states=True, **word_inputs)
+    output = model(
+        encoding["input_ids"].to(device),
+        attention_mask=encoding["attention_mask"].to(device),
+        output_hidden_states=True,
+        **word_inputs,
+    )
     stacked = torch.stack(output.hidden_states, dim=1).float().cpu()
-    return [stacked[row, :, 1:len(words) + 1] for row, words in enumerate(sentences)]
+    return [stacked[row, :, 1 : len(words) + 1] for row, words in enumerate(sentences)]
 
 
 @torch.no_grad()
@@ -246,8 +258,10 @@ class PartsOutput:
         self.state_file = self.parts / f"{SETTINGS_NAME}.json"
         if attach:  # rank > 0: rank 0 has checked and made the folder; this process checks it runs the same job
             if not self.state_file.is_file():
-                raise CliError(f"{self.parts} is not visible to this process; with several nodes, write the output "
-                               f"to a filesystem that all of them share")
+                raise CliError(
+                    f"{self.parts} is not visible to this process; with several nodes, write the output "
+                    f"to a filesystem that all of them share"
+                )
             _check_identity(self.state_file, identity, self.parts)
             self.finished = self.finished_lines()
             return
@@ -312,8 +326,10 @@ class Hdf5Output(PartsOutput):
         needed = sum(part.stat().st_size for part in self.parts.glob("*.npz")) + (1 << 20)
         free = shutil.disk_usage(self.path.parent).free
         if free < needed:
-            raise CliError(f"{self.path.parent} has {free:,} bytes free, assembling {self.path} needs about "
-                           f"{needed:,}; free some space and rerun with --resume")
+            raise CliError(
+                f"{self.path.parent} has {free:,} bytes free, assembling {self.path} needs about "
+                f"{needed:,}; free some space and rerun with --resume"
+            )
         partial = self.path.with_name(f".{self.path.name}.partial")
         try:
             with h5py.File(partial, "w") as handle:
@@ -373,8 +389,10 @@ def _check_identity(state_file: Path, identity: dict, parts: Path):
     differ = [key for key in identity if stored.get(key) != identity[key]]
     if differ:
         details = "; ".join(f"{key}: was {stored.get(key, 'not recorded')}, now {identity[key]}" for key in differ)
-        raise CliError(f"cannot resume {parts}: it holds a run with another {', '.join(differ)} ({details}); "
-                       f"rerun it as it was started, or remove {parts} to start over")
+        raise CliError(
+            f"cannot resume {parts}: it holds a run with another {', '.join(differ)} ({details}); "
+            f"rerun it as it was started, or remove {parts} to start over"
+        )
 
 
 class DeferredStop:
@@ -396,8 +414,11 @@ class DeferredStop:
 
     def check(self, parts: Path, done: int):
         if self.signal is not None:
-            raise CliError(f"stopped by signal {self.signal} after {done} lines; the finished lines are in {parts}/, "
-                           f"rerun with --resume to continue", code=128 + self.signal)
+            raise CliError(
+                f"stopped by signal {self.signal} after {done} lines; the finished lines are in {parts}/, "
+                f"rerun with --resume to continue",
+                code=128 + self.signal,
+            )
 
 
 # -- several processes ------------------------------------------------------------------------------------------------
@@ -430,8 +451,10 @@ class Processes:
             try:
                 torch.distributed.init_process_group("gloo", timeout=timedelta(days=7))
             except (ValueError, RuntimeError) as error:
-                raise CliError(f"cannot join the other {self.world_size - 1} processes (WORLD_SIZE is set): "
-                               f"{_first_line(error)}; start hf-elmo with torchrun or accelerate launch") from error
+                raise CliError(
+                    f"cannot join the other {self.world_size - 1} processes (WORLD_SIZE is set): "
+                    f"{_first_line(error)}; start hf-elmo with torchrun or accelerate launch"
+                ) from error
 
     @property
     def shard(self) -> tuple[int, int]:
@@ -456,13 +479,15 @@ class Processes:
                 raise failure
             return result
         outcomes = [None] * self.world_size
-        torch.distributed.all_gather_object(outcomes, failure and (str(failure), failure.code,
-                                                                   isinstance(failure, WriteFailure)))
+        torch.distributed.all_gather_object(
+            outcomes, failure and (str(failure), failure.code, isinstance(failure, WriteFailure))
+        )
         for rank, outcome in enumerate(outcomes):
             if outcome is not None:
                 message, code, write_failure = outcome
                 raise (WriteFailure if write_failure else CliError)(
-                    f"rank {rank}: {message}", code if failure else 1, quiet=self.rank > 0) from failure
+                    f"rank {rank}: {message}", code if failure else 1, quiet=self.rank > 0
+                ) from failure
         return result
 
     def close(self):
@@ -495,10 +520,17 @@ def _embed(args, processes: Processes) -> int:
         model, tokenizer = load_model(args.model, DTYPES[args.dtype], device)
         if args.cpu_matmul is not None:
             model.config.cpu_matmul = args.cpu_matmul
-        choice = "all" if args.all else "top" if args.top else "average" if args.average else \
-            _mix_weights(args.mix, model)
-        options = {"layers": choice, "pooled": args.pooled, "pretokenize": args.pretokenize, "dtype": args.dtype,
-                   "errors": args.errors, "sentence_to_index": not args.forget_sentences}
+        choice = (
+            "all" if args.all else "top" if args.top else "average" if args.average else _mix_weights(args.mix, model)
+        )
+        options = {
+            "layers": choice,
+            "pooled": args.pooled,
+            "pretokenize": args.pretokenize,
+            "dtype": args.dtype,
+            "errors": args.errors,
+            "sentence_to_index": not args.forget_sentences,
+        }
         return model, tokenizer, choice, run_identity(input_path, args.model, model, options)
 
     model, tokenizer, choice, identity = processes.together(prepare)
@@ -536,8 +568,11 @@ def _embed(args, processes: Processes) -> int:
         processes.together(embed_shard)
         skipped = processes.together(assemble if processes.rank == 0 else None)
     except WriteFailure as error:
-        kept = "nothing was written" if processes.rank == 0 and output.discard_if_empty() else \
-            f"the finished lines are kept in {output.parts}/, rerun with --resume once fixed"
+        kept = (
+            "nothing was written"
+            if processes.rank == 0 and output.discard_if_empty()
+            else f"the finished lines are kept in {output.parts}/, rerun with --resume once fixed"
+        )
         raise CliError(f"{error}; {kept}", error.code, error.quiet) from error
     except CliError:
         if processes.rank == 0:
@@ -549,8 +584,11 @@ def _embed(args, processes: Processes) -> int:
     if processes.world_size > 1:
         summary += f" from {processes.world_size} processes"
     if skipped:
-        summary += (f" ({len(skipped)} not valid UTF-8, skipped: written as entries of 0 words"
-                    + ("" if args.verbose else "; --verbose lists their line numbers") + ")")
+        summary += (
+            f" ({len(skipped)} not valid UTF-8, skipped: written as entries of 0 words"
+            + ("" if args.verbose else "; --verbose lists their line numbers")
+            + ")"
+        )
     print(summary, file=sys.stderr)
     if args.verbose and skipped:
         print(f"skipped lines: {' '.join(map(str, skipped))}", file=sys.stderr)
@@ -579,13 +617,15 @@ def _mix_weights(text: str, model) -> list[float]:
     except ValueError as error:
         raise CliError(f"--mix takes comma-separated numbers, got {text!r}") from error
     if len(weights) != model.config.num_representation_layers:
-        raise CliError(f"--mix needs {model.config.num_representation_layers} weights (one per layer), got "
-                       f"{len(weights)}")
+        raise CliError(
+            f"--mix needs {model.config.num_representation_layers} weights (one per layer), got {len(weights)}"
+        )
     return weights
 
 
-def _embed_lines(args, model, tokenizer, split, choice, output, stop: DeferredStop, shard: tuple[int, int],
-                 total: int):
+def _embed_lines(
+    args, model, tokenizer, split, choice, output, stop: DeferredStop, shard: tuple[int, int], total: int
+):
     """
     Embeds every unfinished line of `shard` (`(rank, world_size)`, see `Processes`; `total` lines), a length-sorted
     batch at a time, writing and flushing after each batch. Rank 0 shows its progress.
@@ -595,14 +635,18 @@ def _embed_lines(args, model, tokenizer, split, choice, output, stop: DeferredSt
     rank, world_size = shard
     lines = read_lines(Path(args.input), args.errors, shard)
     done = sum(1 for index in output.finished if int(index) % world_size == rank)
-    with tqdm(total=total, initial=done, unit="sent", desc="embedding",
-              file=sys.stderr, mininterval=1.0, disable=rank > 0) as bar:
+    with tqdm(
+        total=total, initial=done, unit="sent", desc="embedding", file=sys.stderr, mininterval=1.0, disable=rank > 0
+    ) as bar:
         while chunk := list(itertools.islice(lines, args.batch_size * BUCKET_BATCHES)):
             # An undecodable line skipped under --errors skip is written as an entry of 0 words, like an empty line.
-            pending = [(index, [] if text is None else split(text)) for index, text in chunk
-                       if str(index) not in output.finished]
+            pending = [
+                (index, [] if text is None else split(text))
+                for index, text in chunk
+                if str(index) not in output.finished
+            ]
             short = sorted((p for p in pending if len(p[1]) <= args.max_words), key=lambda p: len(p[1]))
-            groups = [short[i:i + args.batch_size] for i in range(0, len(short), args.batch_size)]
+            groups = [short[i : i + args.batch_size] for i in range(0, len(short), args.batch_size)]
             groups += [[p] for p in pending if len(p[1]) > args.max_words]
             for group in groups:
                 if len(group[0][1]) > args.max_words:
@@ -640,13 +684,16 @@ def convert_command(args) -> int:
     if args.push_to_hub:
         retry = f"upload it with: hf upload {args.push_to_hub} {output}" + (" --private" if args.private else "")
         if _offline_without_network():
-            raise CliError(f"{output} was written, but the upload to {args.push_to_hub} failed: the Hub cannot be "
-                           f"reached; {retry}")
+            raise CliError(
+                f"{output} was written, but the upload to {args.push_to_hub} failed: the Hub cannot be "
+                f"reached; {retry}"
+            )
         try:
             commit = push_to_hub(output, args.push_to_hub, private=args.private)
         except Exception as error:  # noqa: BLE001  whatever failed (network, auth, HTTP client), the folder stands
-            raise CliError(f"{output} was written, but the upload to {args.push_to_hub} failed: "
-                           f"{_first_line(error)}; {retry}") from error
+            raise CliError(
+                f"{output} was written, but the upload to {args.push_to_hub} failed: {_first_line(error)}; {retry}"
+            ) from error
         print(f"uploaded to {args.push_to_hub}: {commit}")
     return 0
 
@@ -676,7 +723,7 @@ def info_command(args) -> int:
         "LSTM cells": f"{config.cell_dim} per direction and layer",
         "skip connections": config.use_skip_connections,
         "character CNN": f"{len(config.filters)} filter widths, {config.n_filters} filters, "
-                         f"{config.n_highway} highway layers, {config.activation}",
+        f"{config.n_highway} highway layers, {config.activation}",
         "max characters per token": config.max_characters_per_token,
     }
     for key, value in rows.items():
@@ -690,9 +737,13 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     commands = parser.add_subparsers(dest="command", required=True)
     progs = progs or {}
 
-    embed = commands.add_parser("embed", prog=progs.get("embed"),
-                                help="embed a text file, one sentence per line, to HDF5 or .npy files",
-                                description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    embed = commands.add_parser(
+        "embed",
+        prog=progs.get("embed"),
+        help="embed a text file, one sentence per line, to HDF5 or .npy files",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     embed.add_argument("model", help="model folder, bundled model (ko-nsmc) or Hub id")
     embed.add_argument("input", help="text file, UTF-8, one sentence per line (.gz: gzip-compressed)")
     embed.add_argument("output", help="HDF5 file to write (a folder with --format npy)")
@@ -703,30 +754,54 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     layers.add_argument("--mix", metavar="W0,W1,...", help="the sum of the layers times these weights: (words, dim)")
     embed.add_argument("--pooled", action="store_true", help="one vector per line: the mean over its words")
     embed.add_argument("--format", choices=["hdf5", "npy"], default="hdf5", help="output layout (default hdf5)")
-    embed.add_argument("--pretokenize", action="store_true",
-                       help="split lines with the tokenizer's pre-tokenizer instead of on whitespace")
+    embed.add_argument(
+        "--pretokenize",
+        action="store_true",
+        help="split lines with the tokenizer's pre-tokenizer instead of on whitespace",
+    )
     embed.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
-    embed.add_argument("--max-words", type=int, default=1000,
-                       help="longer lines are run alone in windows of this many positions, the LSTM state carried "
-                            "(same result, bounded memory; default 1000)")
+    embed.add_argument(
+        "--max-words",
+        type=int,
+        default=1000,
+        help="longer lines are run alone in windows of this many positions, the LSTM state carried "
+        "(same result, bounded memory; default 1000)",
+    )
     embed.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1 (default cpu)")
-    embed.add_argument("--dtype", choices=sorted(DTYPES), default="float32",
-                       help="compute dtype (default float32); outputs are stored as float32")
-    embed.add_argument("--cpu-matmul", choices=CPU_MATMULS,
-                       help="library of the CPU products (config.cpu_matmul; default: the model's, normally auto); "
-                            "int8 is faster at small batches and changes the vectors slightly")
-    embed.add_argument("--errors", choices=["strict", "replace", "skip"], default="strict",
-                       help="a line that is not UTF-8: stop (default), replace bad bytes, or skip it (0 words)")
+    embed.add_argument(
+        "--dtype",
+        choices=sorted(DTYPES),
+        default="float32",
+        help="compute dtype (default float32); outputs are stored as float32",
+    )
+    embed.add_argument(
+        "--cpu-matmul",
+        choices=CPU_MATMULS,
+        help="library of the CPU products (config.cpu_matmul; default: the model's, normally auto); "
+        "int8 is faster at small batches and changes the vectors slightly",
+    )
+    embed.add_argument(
+        "--errors",
+        choices=["strict", "replace", "skip"],
+        default="strict",
+        help="a line that is not UTF-8: stop (default), replace bad bytes, or skip it (0 words)",
+    )
     embed.add_argument("--resume", action="store_true", help="continue a stopped run, keeping the lines it wrote")
     embed.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")
     embed.add_argument("--verbose", action="store_true", help="list the line numbers of skipped lines")
     embed.set_defaults(func=embed_command)
 
-    convert = commands.add_parser("convert", prog=progs.get("convert"),
-                                  help="convert an original checkpoint (options.json + weights.hdf5) or an "
-                                       "ELMoForManyLangs model")
-    convert.add_argument("--format", choices=["original", "elmoformanylangs"], default="original",
-                         help="bilm-tf/AllenNLP files (default) or an ELMoForManyLangs release (folder or .zip)")
+    convert = commands.add_parser(
+        "convert",
+        prog=progs.get("convert"),
+        help="convert an original checkpoint (options.json + weights.hdf5) or an ELMoForManyLangs model",
+    )
+    convert.add_argument(
+        "--format",
+        choices=["original", "elmoformanylangs"],
+        default="original",
+        help="bilm-tf/AllenNLP files (default) or an ELMoForManyLangs release (folder or .zip)",
+    )
     convert.add_argument("--options-file", help="original options.json (path or http(s) URL)")
     convert.add_argument("--weight-file", help="original weights.hdf5 (path or http(s) URL)")
     convert.add_argument("--model-dir", help="with --format elmoformanylangs: the unpacked release folder or its .zip")
@@ -736,21 +811,26 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     convert.add_argument("--private", action="store_true", help="create the Hub repository as private")
     convert.set_defaults(func=convert_command)
 
-    export = commands.add_parser("export", prog=progs.get("export"),
-                                 help="export a model folder to the original layout (options.json + weights.hdf5)")
+    export = commands.add_parser(
+        "export",
+        prog=progs.get("export"),
+        help="export a model folder to the original layout (options.json + weights.hdf5)",
+    )
     export.add_argument("--model-dir", required=True, help="an hf_elmo model folder")
     export.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
     export.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     export.set_defaults(func=export_command)
 
-    info = commands.add_parser("info", prog=progs.get("info"),
-                               help="print a model's sizes, layers, parameter count and dtype")
+    info = commands.add_parser(
+        "info", prog=progs.get("info"), help="print a model's sizes, layers, parameter count and dtype"
+    )
     info.add_argument("model", help="model folder or Hub id")
     info.set_defaults(func=info_command)
 
     # Parsed by hf_elmo.pretraining itself (see main); listed here for `hf-elmo --help`.
-    commands.add_parser("pretrain", help="pre-train an ELMo biLM from scratch (hf-elmo pretrain --help)",
-                        add_help=False)
+    commands.add_parser(
+        "pretrain", help="pre-train an ELMo biLM from scratch (hf-elmo pretrain --help)", add_help=False
+    )
     return parser
 
 

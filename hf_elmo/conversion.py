@@ -40,7 +40,7 @@ def _h5py():
     return h5py
 
 
-# -- files and URLs --------------------------------------------------------------------------------------------------
+# -- files and URLs ---------------------------------------------------------------------------------------------------
 
 
 def resolve_file(path_or_url: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
@@ -95,6 +95,7 @@ def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
     arrays = {}
     try:
         with h5py.File(path, "r") as handle:
+
             def collect(name, item):
                 if isinstance(item, h5py.Dataset):
                     arrays[name] = item[()]
@@ -155,8 +156,9 @@ def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
     if output_dir.exists() and not output_dir.is_dir():
         raise ElmoConversionError(f"{output_dir} exists and is not a folder")
     if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ElmoConversionError(f"{output_dir} exists and is not empty (pass --overwrite, or overwrite=True, to "
-                                  f"replace it)")
+        raise ElmoConversionError(
+            f"{output_dir} exists and is not empty (pass --overwrite, or overwrite=True, to replace it)"
+        )
     output_dir.parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
     try:
@@ -169,7 +171,7 @@ def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
         shutil.rmtree(staging, ignore_errors=True)
 
 
-# -- original -> hf_elmo ---------------------------------------------------------------------------------------------
+# -- original -> hf_elmo ----------------------------------------------------------------------------------------------
 
 
 def render_model_card(template: str, **values) -> str:
@@ -223,18 +225,22 @@ def push_to_hub(folder, repo_id: str, private: bool = False) -> str:
 
     api = HfApi()
     api.create_repo(repo_id, private=private, exist_ok=True)
-    return str(api.upload_folder(folder_path=str(folder), repo_id=repo_id,
-                                 commit_message="Upload ELMo converted with hf_elmo"))
+    return str(
+        api.upload_folder(
+            folder_path=str(folder), repo_id=repo_id, commit_message="Upload ELMo converted with hf_elmo"
+        )
+    )
 
 
-# -- hf_elmo -> original ---------------------------------------------------------------------------------------------
+# -- hf_elmo -> original ----------------------------------------------------------------------------------------------
 
 
 def export(model_dir, output_dir, overwrite: bool = False) -> Path:
     """Writes `options.json` + `weights.hdf5` in the original layout from a model folder (or an `ElmoModel`)."""
     model = model_dir if isinstance(model_dir, ElmoModel) else _load_model_folder(model_dir)
-    state_dict = {key: value.float() if value.is_floating_point() else value for key, value in
-                  model.state_dict().items()}
+    state_dict = {
+        key: value.float() if value.is_floating_point() else value for key, value in model.state_dict().items()
+    }
     try:
         arrays = state_dict_to_original(state_dict, model.config)
     except ValueError as error:

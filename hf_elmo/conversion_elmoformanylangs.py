@@ -41,9 +41,13 @@ STANDARD_SETTINGS_NAME = "cnn_50_100_512_4096_sample.json"
 STANDARD_SETTINGS = {
     "encoder": {"name": "elmo", "projection_dim": 512, "cell_clip": 3, "proj_clip": 3, "dim": 4096, "n_layers": 2},
     "token_embedder": {
-        "name": "cnn", "activation": "relu",
+        "name": "cnn",
+        "activation": "relu",
         "filters": [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]],
-        "n_highway": 2, "word_dim": 100, "char_dim": 50, "max_characters_per_token": 50,
+        "n_highway": 2,
+        "word_dim": 100,
+        "char_dim": 50,
+        "max_characters_per_token": 50,
     },
     "classifier": {"name": "sampled_softmax", "n_samples": 8192},
     "dropout": 0.1,
@@ -96,15 +100,19 @@ def config_from_settings(settings: dict, char_lexicon: dict, word_lexicon: dict)
     try:
         embedder, encoder = settings["token_embedder"], settings["encoder"]
         if str(embedder["name"]).lower() != "cnn":
-            raise ElmoConversionError(f"the token embedder is {embedder['name']!r}: only the character CNN ('cnn') "
-                                      f"converts (their own code cannot run a char-LSTM embedder either)")
+            raise ElmoConversionError(
+                f"the token embedder is {embedder['name']!r}: only the character CNN ('cnn') "
+                f"converts (their own code cannot run a char-LSTM embedder either)"
+            )
         if str(encoder["name"]).lower() != "elmo":
             raise ElmoConversionError(f"the encoder is {encoder['name']!r}: only the ELMo biLM ('elmo') converts")
         if embedder["char_dim"] <= 0:
             raise ElmoConversionError("the model reads no characters (char_dim 0): word-only models do not convert")
         if encoder["dim"] <= encoder["projection_dim"]:
-            raise ElmoConversionError("the LSTM memory is not wider than its projection: hf_elmo projects (and "
-                                      "clips) LSTM outputs only when the memory is wider")
+            raise ElmoConversionError(
+                "the LSTM memory is not wider than its projection: hf_elmo projects (and "
+                "clips) LSTM outputs only when the memory is wider"
+            )
         alphabet = CharacterAlphabet.from_symbols(char_lexicon, MARKER_SYMBOLS_AS_TRAINED)
         word_dim = embedder["word_dim"]
         return ElmoConfig(
@@ -156,8 +164,10 @@ def state_dict_from_release(token_embedder: dict, encoder: dict, config: ElmoCon
     splits into its nonlinear half and its gate half, their `(out, in)` LSTM weights are transposed to the
     `(in, out)` kernels (the gate order i, f, g, o is the same) and `state_linearity`'s bias is the LSTM bias.
     """
-    source = {**{f"token_embedder.{k}": v for k, v in token_embedder.items()},
-              **{f"encoder.{k}": v for k, v in encoder.items()}}
+    source = {
+        **{f"token_embedder.{k}": v for k, v in token_embedder.items()},
+        **{f"encoder.{k}": v for k, v in encoder.items()},
+    }
     used = set()
 
     def take(name: str) -> torch.Tensor:
@@ -168,8 +178,9 @@ def state_dict_from_release(token_embedder: dict, encoder: dict, config: ElmoCon
 
     n = config.n_filters
     char_table = take("token_embedder.char_emb_layer.embedding.weight")
-    state = {"char_encoder.char_embedding.weight": torch.cat([char_table.new_zeros(1, char_table.shape[1]),
-                                                              char_table])}
+    state = {
+        "char_encoder.char_embedding.weight": torch.cat([char_table.new_zeros(1, char_table.shape[1]), char_table])
+    }
     for i in range(len(config.filters)):
         for part in ("weight", "bias"):
             state[f"char_encoder.convolutions.{i}.{part}"] = take(f"token_embedder.convolutions.{i}.{part}")
@@ -177,8 +188,14 @@ def state_dict_from_release(token_embedder: dict, encoder: dict, config: ElmoCon
         layer = f"token_embedder.highways._layers.{k}."
         weight, bias = take(layer + "weight"), take(layer + "bias")
         prefix = f"char_encoder.highways.{k}."
-        state.update({prefix + "nonlinear_weight": weight[:n], prefix + "nonlinear_bias": bias[:n],
-                      prefix + "gate_weight": weight[n:], prefix + "gate_bias": bias[n:]})
+        state.update(
+            {
+                prefix + "nonlinear_weight": weight[:n],
+                prefix + "nonlinear_bias": bias[:n],
+                prefix + "gate_weight": weight[n:],
+                prefix + "gate_bias": bias[n:],
+            }
+        )
     state["char_encoder.projection.weight"] = take("token_embedder.projection.weight")
     state["char_encoder.projection.bias"] = take("token_embedder.projection.bias")
     if config.word_input_vocab_size is not None:
@@ -198,14 +215,18 @@ def state_dict_from_release(token_embedder: dict, encoder: dict, config: ElmoCon
 
 def check_vocabulary_sizes(token_embedder: dict, char_lexicon: dict, word_lexicon: dict):
     """Each `.dic` must have as many entries as its weight table has rows (their reader sizes the table from it)."""
-    for name, lexicon, key in (("char.dic", char_lexicon, "char_emb_layer"),
-                               ("word.dic", word_lexicon, "word_emb_layer")):
+    for name, lexicon, key in (
+        ("char.dic", char_lexicon, "char_emb_layer"),
+        ("word.dic", word_lexicon, "word_emb_layer"),
+    ):
         table = token_embedder.get(f"{key}.embedding.weight")
         if table is None:  # no such input: the settings decide whether that is right
             continue
         if table is not None and table.shape[0] != len(lexicon):
-            raise ElmoConversionError(f"{name} reads as {len(lexicon)} entries but token_embedder.pkl's {key} has "
-                                      f"{table.shape[0]} rows: the vocabulary does not belong to these weights")
+            raise ElmoConversionError(
+                f"{name} reads as {len(lexicon)} entries but token_embedder.pkl's {key} has "
+                f"{table.shape[0]} rows: the vocabulary does not belong to these weights"
+            )
         if sorted(lexicon.values()) != list(range(len(lexicon))):
             raise ElmoConversionError(f"{name}'s ids are not 0..{len(lexicon) - 1}, each once")
 
@@ -214,7 +235,9 @@ def load_release(model_dir: Path) -> tuple[ElmoModel, ElmoTokenizer, str]:
     """The model (eval mode) and tokenizer of an unpacked release folder, and where its settings came from."""
     missing = [name for name in RELEASE_FILES if not (model_dir / name).is_file()]
     if missing:
-        raise ElmoConversionError(f"{model_dir} is not an ELMoForManyLangs model folder: it lacks {', '.join(missing)}")
+        raise ElmoConversionError(
+            f"{model_dir} is not an ELMoForManyLangs model folder: it lacks {', '.join(missing)}"
+        )
     try:
         training_arguments = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as error:
@@ -233,8 +256,10 @@ def load_release(model_dir: Path) -> tuple[ElmoModel, ElmoTokenizer, str]:
         expected = model.state_dict()
         for key, value in state_dict.items():
             if value.shape != expected[key].shape:
-                raise ElmoConversionError(f"{key} has shape {tuple(value.shape)} in the weights, but the model "
-                                          f"settings imply {tuple(expected[key].shape)}")
+                raise ElmoConversionError(
+                    f"{key} has shape {tuple(value.shape)} in the weights, but the model "
+                    f"settings imply {tuple(expected[key].shape)}"
+                )
     except ElmoConversionError as error:
         raise ElmoConversionError(f"{error} (model settings: {settings_source})") from error
     model.load_state_dict(state_dict, strict=True)
@@ -284,8 +309,9 @@ def convert_elmoformanylangs(model_dir, output_dir, overwrite: bool = False) -> 
         with atomic_directory(output_dir, overwrite) as staging:
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
-            (staging / "README.md").write_text(_model_card(Path(model_dir).name, model, settings_source),
-                                               encoding="utf-8")
+            (staging / "README.md").write_text(
+                _model_card(Path(model_dir).name, model, settings_source), encoding="utf-8"
+            )
     return Path(output_dir)
 
 

@@ -115,8 +115,9 @@ def int8_product(kernel: torch.Tensor) -> Product:
         # PyTorch marks quantised tensors as deprecated in favour of torchao; their CPU int8 products are still the
         # ones shipped with torch, and this is their only use here.
         warnings.simplefilter("ignore")
-        quantized = torch.quantize_per_channel(weight, scales.double(), torch.zeros_like(scales, dtype=torch.long),
-                                               0, torch.qint8)
+        quantized = torch.quantize_per_channel(
+            weight, scales.double(), torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8
+        )
     packed = torch.ops.quantized.linear_prepack(quantized, None)
 
     def product(x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
@@ -199,8 +200,10 @@ def fastest_float32_library(in_dim: int, out_dim: int, rows: int) -> str:
             _choices = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError):
             _choices = {}
-    key = f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | " \
-          f"({rows}, {in_dim}) @ ({in_dim}, {out_dim})"
+    key = (
+        f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
+        f"({rows}, {in_dim}) @ ({in_dim}, {out_dim})"
+    )
     if key not in _choices:
         if not torch.backends.mkldnn.is_available():
             _choices[key] = "blas"
@@ -233,8 +236,10 @@ def step_product(module: nn.Module, kernel: torch.Tensor, rows: int, repeated_ev
     choice = module.config.cpu_matmul
     if kernel.device.type != "cpu" or kernel.dtype != torch.float32:
         if choice in ("onednn", "int8"):
-            raise ValueError(f"cpu_matmul={choice!r} runs float32 kernels on the CPU; this model's are "
-                             f"{kernel.dtype} on {kernel.device.type}: set cpu_matmul='auto'")
+            raise ValueError(
+                f"cpu_matmul={choice!r} runs float32 kernels on the CPU; this model's are "
+                f"{kernel.dtype} on {kernel.device.type}: set cpu_matmul='auto'"
+            )
         return blas_product(kernel)
     if choice == "onednn" and not torch.backends.mkldnn.is_available():
         raise ValueError("cpu_matmul='onednn' needs a torch built with oneDNN (mkldnn); set cpu_matmul='auto'")
@@ -306,8 +311,10 @@ def lstm_layer_in_place(
     gate_bias[cell : 2 * cell] += module.config.forget_bias
     # Each step's two products, by row count (rows fall as sentences end), looked up once per call.
     step_products = {
-        rows: (step_product(module, module.recurrent_kernel, rows),
-               step_product(module, projection_kernel, rows) if projection_kernel is not None else None)
+        rows: (
+            step_product(module, module.recurrent_kernel, rows),
+            step_product(module, projection_kernel, rows) if projection_kernel is not None else None,
+        )
         for rows in set(running)
     }
     for first_step, end_step in chunks:
@@ -352,8 +359,17 @@ def lstm_layer_with_handwritten_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The results of the reference recurrence of `module` (an `ElmoLstmLayer`) from [`ElmoLstmLayerFunction`]."""
     return ElmoLstmLayerFunction.apply(
-        inputs, mask, hidden, memory, module.input_kernel, module.recurrent_kernel, module.bias,
-        module.projection_kernel, module.cell_clip, module.proj_clip, module.config.forget_bias,
+        inputs,
+        mask,
+        hidden,
+        memory,
+        module.input_kernel,
+        module.recurrent_kernel,
+        module.bias,
+        module.projection_kernel,
+        module.cell_clip,
+        module.proj_clip,
+        module.config.forget_bias,
     )
 
 
@@ -423,8 +439,16 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
             torch.where(step_valid, new_memory, memory_states[step], out=memory_states[step + 1])
             outputs[:, step] = torch.where(step_valid, new_hidden, 0.0)
         ctx.save_for_backward(
-            inputs, mask, input_kernel, recurrent_kernel, projection_kernel, gates, hidden_states, memory_states,
-            memory_in_clip, hidden_in_clip,
+            inputs,
+            mask,
+            input_kernel,
+            recurrent_kernel,
+            projection_kernel,
+            gates,
+            hidden_states,
+            memory_states,
+            memory_in_clip,
+            hidden_in_clip,
         )
         return outputs, hidden_states[steps].clone(), memory_states[steps].clone()
 
@@ -433,8 +457,16 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
     def backward(ctx, outputs_grad: torch.Tensor, hidden_grad: torch.Tensor, memory_grad: torch.Tensor):
         """The gradients of the inputs, the initial state and the parameters; None for the other arguments."""
         (
-            inputs, mask, input_kernel, recurrent_kernel, projection_kernel, gates, hidden_states, memory_states,
-            memory_in_clip, hidden_in_clip,
+            inputs,
+            mask,
+            input_kernel,
+            recurrent_kernel,
+            projection_kernel,
+            gates,
+            hidden_states,
+            memory_states,
+            memory_in_clip,
+            hidden_in_clip,
         ) = ctx.saved_tensors
         steps, batch_size, _ = gates.shape
         cell = memory_states.shape[-1]
@@ -488,6 +520,15 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         if needs_grad[7]:
             projection_kernel_grad = cell_outputs.view(steps * batch_size, cell).t() @ projected_grad.flatten(0, 1)
         return (
-            inputs_grad, None, hidden_grad, memory_grad, input_kernel_grad, recurrent_kernel_grad, bias_grad,
-            projection_kernel_grad, None, None, None,
+            inputs_grad,
+            None,
+            hidden_grad,
+            memory_grad,
+            input_kernel_grad,
+            recurrent_kernel_grad,
+            bias_grad,
+            projection_kernel_grad,
+            None,
+            None,
+            None,
         )

@@ -38,15 +38,22 @@ UNK_ID = 2
 
 # Model shapes by preset; `original` is the released 2x4096_512_2048cnn_2xhighway model (the ElmoConfig defaults).
 PRESETS = {
-    "tiny": dict(char_embedding_dim=8, filters=[[1, 16], [2, 16], [3, 32], [4, 64]], n_highway=1,
-                 projection_dim=32, cell_dim=128, n_layers=2),
-    "small": dict(char_embedding_dim=16, filters=ORIGINAL_FILTERS, n_highway=1, projection_dim=128, cell_dim=1024,
-                  n_layers=2),
+    "tiny": dict(
+        char_embedding_dim=8,
+        filters=[[1, 16], [2, 16], [3, 32], [4, 64]],
+        n_highway=1,
+        projection_dim=32,
+        cell_dim=128,
+        n_layers=2,
+    ),
+    "small": dict(
+        char_embedding_dim=16, filters=ORIGINAL_FILTERS, n_highway=1, projection_dim=128, cell_dim=1024, n_layers=2
+    ),
     "original": dict(),
 }
 
 
-# -- text and vocabulary ---------------------------------------------------------------------------------------------
+# -- text and vocabulary ----------------------------------------------------------------------------------------------
 
 
 def read_lines(paths: Iterable[str | Path]) -> Iterator[str]:
@@ -77,14 +84,16 @@ def build_word_vocab(
     tokenizer = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
     tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre_tokenizer]()
     trainer = trainers.WordLevelTrainer(
-        vocab_size=max_size or 2**31 - 1, min_frequency=min_count, special_tokens=[BOS_TOKEN, EOS_TOKEN, UNK_TOKEN],
+        vocab_size=max_size or 2**31 - 1,
+        min_frequency=min_count,
+        special_tokens=[BOS_TOKEN, EOS_TOKEN, UNK_TOKEN],
         show_progress=False,
     )
     tokenizer.train_from_iterator(lines, trainer=trainer)
     return tokenizer
 
 
-# -- datasets and batches --------------------------------------------------------------------------------------------
+# -- datasets and batches ---------------------------------------------------------------------------------------------
 
 
 class LineDataset(torch.utils.data.Dataset):
@@ -123,12 +132,18 @@ class ElmoPreTrainingCollator:
 
     def __call__(self, features: list[dict[str, str]]) -> dict[str, torch.Tensor]:
         texts = [feature["text"] for feature in features]
-        encoded = self.tokenizer(texts, padding=True, truncation=True, max_length=self.max_length,
-                                 return_word_labels=True, return_tensors="pt")
+        encoded = self.tokenizer(
+            texts,
+            padding=True,
+            truncation=True,
+            max_length=self.max_length,
+            return_word_labels=True,
+            return_tensors="pt",
+        )
         return dict(encoded)
 
 
-# -- metrics ---------------------------------------------------------------------------------------------------------
+# -- metrics ----------------------------------------------------------------------------------------------------------
 
 
 def direction_nll_sums(outputs, labels: torch.Tensor) -> torch.Tensor:
@@ -177,7 +192,7 @@ def unk_rate(tokenizer: ElmoTokenizer, paths: Iterable[str | Path]) -> float:
     return unknown / max(words, 1)
 
 
-# -- command line ----------------------------------------------------------------------------------------------------
+# -- command line -----------------------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -186,17 +201,25 @@ class DataArguments:
 
     train_file: list[str] = field(metadata={"help": "training text files (plain or .gz)"})
     validation_file: list[str] = field(metadata={"help": "validation text files"})
-    streaming: bool = field(default=False, metadata={
-        "help": "read the training files lazily (needs --max-steps; the vocabulary pass still reads all)"})
+    streaming: bool = field(
+        default=False,
+        metadata={"help": "read the training files lazily (needs --max-steps; the vocabulary pass still reads all)"},
+    )
     max_length: int = field(default=64, metadata={"help": "positions per sentence, <S> and </S> included"})
-    pre_tokenizer: str = field(default="whitespace_split", metadata={"choices": sorted(PRE_TOKENIZERS),
-                                                                      "help": "how lines are split into words"})
+    pre_tokenizer: str = field(
+        default="whitespace_split",
+        metadata={"choices": sorted(PRE_TOKENIZERS), "help": "how lines are split into words"},
+    )
     min_count: int = field(default=3, metadata={"help": "words seen fewer times become <UNK>"})
     max_vocab_size: int | None = field(default=None, metadata={"help": "most words kept, specials included"})
-    char_vocab: str = field(default="bytes", metadata={
-        "choices": ["bytes", "learned"],
-        "help": "rows of UTF-8 bytes (bilm-tf), or of the training files' characters, so that a row holds "
-                "max-characters-per-token - 2 characters (a Hangul syllable is 3 bytes)"})
+    char_vocab: str = field(
+        default="bytes",
+        metadata={
+            "choices": ["bytes", "learned"],
+            "help": "rows of UTF-8 bytes (bilm-tf), or of the training files' characters, so that a row holds "
+            "max-characters-per-token - 2 characters (a Hangul syllable is 3 bytes)",
+        },
+    )
 
 
 @dataclass
@@ -209,8 +232,10 @@ class ModelArguments:
     n_layers: int | None = field(default=None, metadata={"help": "overrides the preset"})
     n_highway: int | None = field(default=None, metadata={"help": "overrides the preset"})
     max_characters_per_token: int = field(default=50, metadata={"help": "characters per word, boundaries included"})
-    n_negative_samples: int = field(default=8192, metadata={
-        "help": "sampled-softmax candidates per batch (bilm-tf: 8192), at most the vocabulary size"})
+    n_negative_samples: int = field(
+        default=8192,
+        metadata={"help": "sampled-softmax candidates per batch (bilm-tf: 8192), at most the vocabulary size"},
+    )
 
 
 @dataclass
@@ -219,31 +244,43 @@ class PretrainingArguments(TrainingArguments):
     checkpoints."""
 
     output_dir: str = field(metadata={"help": "the checkpoints while training, then the model folder"})
-    per_device_train_batch_size: int = field(default=64, metadata={
-        "aliases": ["--batch-size"], "help": "sentences per process and step"})
+    per_device_train_batch_size: int = field(
+        default=64, metadata={"aliases": ["--batch-size"], "help": "sentences per process and step"}
+    )
     per_device_eval_batch_size: int = field(default=64, metadata={"help": "sentences per process and step"})
     learning_rate: float = field(default=1e-3, metadata={"help": "Adam's initial learning rate"})
-    num_train_epochs: float = field(default=1.0, metadata={"aliases": ["--epochs"],
-                                                           "help": "passes over the training files"})
+    num_train_epochs: float = field(
+        default=1.0, metadata={"aliases": ["--epochs"], "help": "passes over the training files"}
+    )
     max_grad_norm: float = field(default=10.0, metadata={"help": "bilm-tf clips the global norm at 10"})
-    eval_strategy: str = field(default="steps", metadata={"choices": ["no", "steps", "epoch"],
-                                                           "help": "when to evaluate"})
+    eval_strategy: str = field(
+        default="steps", metadata={"choices": ["no", "steps", "epoch"], "help": "when to evaluate"}
+    )
     eval_steps: float | None = field(default=500, metadata={"help": "steps between evaluations"})
     save_steps: float = field(default=500, metadata={"help": "steps between checkpoints"})
-    save_total_limit: int | None = field(default=1, metadata={
-        "help": "checkpoints kept while training (the last ones; --resume needs one)"})
+    save_total_limit: int | None = field(
+        default=1, metadata={"help": "checkpoints kept while training (the last ones; --resume needs one)"}
+    )
     logging_steps: float = field(default=50, metadata={"help": "steps between logged losses"})
-    dataloader_num_workers: int = field(default=0, metadata={"aliases": ["--dataloader-workers"],
-                                                             "help": "processes loading batches"})
+    dataloader_num_workers: int = field(
+        default=0, metadata={"aliases": ["--dataloader-workers"], "help": "processes loading batches"}
+    )
     remove_unused_columns: bool = field(default=False, metadata={"help": "keep False: the collator reads the text"})
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output-dir"})
-    keep_checkpoints: bool = field(default=False, metadata={
-        "help": "keep the checkpoints in --output-dir when training ends (by default only the model is kept)"})
+    keep_checkpoints: bool = field(
+        default=False,
+        metadata={
+            "help": "keep the checkpoints in --output-dir when training ends (by default only the model is kept)"
+        },
+    )
 
 
 def build_parser() -> HfArgumentParser:
-    return HfArgumentParser((DataArguments, ModelArguments, PretrainingArguments), prog="hf-elmo pretrain",
-                            description="Pre-train an ELMo biLM from scratch on one-sentence-per-line text.")
+    return HfArgumentParser(
+        (DataArguments, ModelArguments, PretrainingArguments),
+        prog="hf-elmo pretrain",
+        description="Pre-train an ELMo biLM from scratch on one-sentence-per-line text.",
+    )
 
 
 def model_config(model_args: ModelArguments, tokenizer: ElmoTokenizer) -> ElmoConfig:
@@ -253,15 +290,20 @@ def model_config(model_args: ModelArguments, tokenizer: ElmoTokenizer) -> ElmoCo
     for name in ("projection_dim", "cell_dim", "n_layers", "n_highway"):
         if getattr(model_args, name) is not None:
             options[name] = getattr(model_args, name)
-    return ElmoConfig(max_characters_per_token=model_args.max_characters_per_token, word_vocab_size=word_vocab_size,
-                      n_negative_samples=min(model_args.n_negative_samples, word_vocab_size),
-                      **tokenizer.alphabet.config_fields(), **options)
+    return ElmoConfig(
+        max_characters_per_token=model_args.max_characters_per_token,
+        word_vocab_size=word_vocab_size,
+        n_negative_samples=min(model_args.n_negative_samples, word_vocab_size),
+        **tokenizer.alphabet.config_fields(),
+        **options,
+    )
 
 
 def save_tokenizer(data_args: DataArguments, model_args: ModelArguments, output_dir: Path) -> None:
     """Builds the word vocabulary of the training files and saves the tokenizer holding it in `output_dir`."""
-    word_vocab = build_word_vocab(read_lines(data_args.train_file), data_args.min_count, data_args.max_vocab_size,
-                                  data_args.pre_tokenizer)
+    word_vocab = build_word_vocab(
+        read_lines(data_args.train_file), data_args.min_count, data_args.max_vocab_size, data_args.pre_tokenizer
+    )
     with tempfile.TemporaryDirectory() as folder:
         vocab_file = str(Path(folder) / "word_vocab.json")
         word_vocab.save(vocab_file)
@@ -269,12 +311,16 @@ def save_tokenizer(data_args: DataArguments, model_args: ModelArguments, output_
         if data_args.char_vocab == "learned":
             char_vocab_file = str(Path(folder) / CHAR_VOCAB_FILE)
             splitter = PRE_TOKENIZERS[data_args.pre_tokenizer]()
-            sentences = ([word for word, _ in splitter.pre_tokenize_str(line)]
-                         for line in read_lines(data_args.train_file))
+            sentences = (
+                [word for word, _ in splitter.pre_tokenize_str(line)] for line in read_lines(data_args.train_file)
+            )
             learn_character_vocabulary(sentences).save(char_vocab_file)
-        tokenizer = ElmoTokenizer(max_characters_per_token=model_args.max_characters_per_token,
-                                  pre_tokenizer=data_args.pre_tokenizer, vocab_file=vocab_file,
-                                  char_vocab_file=char_vocab_file)
+        tokenizer = ElmoTokenizer(
+            max_characters_per_token=model_args.max_characters_per_token,
+            pre_tokenizer=data_args.pre_tokenizer,
+            vocab_file=vocab_file,
+            char_vocab_file=char_vocab_file,
+        )
     tokenizer.save_pretrained(output_dir)
 
 
@@ -299,13 +345,16 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         tokenizer = ElmoTokenizer.from_pretrained(output_dir)
     config = model_config(model_args, tokenizer)
     model = ElmoForPreTraining(config)
-    rates = {"train_unk_rate": unk_rate(tokenizer, data_args.train_file),
-             "eval_unk_rate": unk_rate(tokenizer, data_args.validation_file)}
+    rates = {
+        "train_unk_rate": unk_rate(tokenizer, data_args.train_file),
+        "eval_unk_rate": unk_rate(tokenizer, data_args.validation_file),
+    }
     if training_args.process_index == 0:
         print(describe_run(model, model_args, rates), file=sys.stderr)
 
-    train_dataset = StreamingLineDataset(data_args.train_file) if data_args.streaming else \
-        LineDataset(data_args.train_file)
+    train_dataset = (
+        StreamingLineDataset(data_args.train_file) if data_args.streaming else LineDataset(data_args.train_file)
+    )
     trainer = Trainer(
         model=model,
         args=training_args,
@@ -337,14 +386,17 @@ def describe_run(model: ElmoForPreTraining, model_args: ModelArguments, rates: d
     config = model.config
     vocab, asked = config.word_vocab_size, model_args.n_negative_samples
     negatives = f"{config.n_negative_samples:,}" + (
-        f" (asked {asked:,}: capped at the vocabulary size)" if asked > config.n_negative_samples else "")
+        f" (asked {asked:,}: capped at the vocabulary size)" if asked > config.n_negative_samples else ""
+    )
     softmax = sum(p.numel() for p in model.softmax.parameters())
-    return "\n".join([
-        f"word vocabulary: {vocab:,} words, <S> </S> <UNK> included; <UNK> rate {rates['train_unk_rate']:.1%} of "
-        f"the training words, {rates['eval_unk_rate']:.1%} of the validation words",
-        f"parameters: {model.num_parameters():,} ({model.num_parameters() - softmax:,} biLM, {softmax:,} softmax)",
-        f"negative samples per batch: {negatives}",
-    ])
+    return "\n".join(
+        [
+            f"word vocabulary: {vocab:,} words, <S> </S> <UNK> included; <UNK> rate {rates['train_unk_rate']:.1%} of "
+            f"the training words, {rates['eval_unk_rate']:.1%} of the validation words",
+            f"parameters: {model.num_parameters():,} ({model.num_parameters() - softmax:,} biLM, {softmax:,} softmax)",
+            f"negative samples per batch: {negatives}",
+        ]
+    )
 
 
 MODEL_CARD = """---
@@ -390,19 +442,32 @@ model = AutoModel.from_pretrained("REPO_OR_FOLDER")  # the biLM; the word softma
 """
 
 
-def write_model_card(output_dir: Path, argv: list[str], data_args: DataArguments, model: ElmoForPreTraining,
-                     steps: int, metrics: dict[str, float]):
+def write_model_card(
+    output_dir: Path,
+    argv: list[str],
+    data_args: DataArguments,
+    model: ElmoForPreTraining,
+    steps: int,
+    metrics: dict[str, float],
+):
     """`output_dir/README.md`: the data, the command, the steps, the perplexities and the `<UNK>` rates."""
     config = model.config
     text = MODEL_CARD.format(
-        n_layers=config.n_layers, cell_dim=config.cell_dim, projection_dim=config.projection_dim,
-        n_parameters=f"{model.num_parameters():,}", word_vocab_size=f"{config.word_vocab_size:,}",
+        n_layers=config.n_layers,
+        cell_dim=config.cell_dim,
+        projection_dim=config.projection_dim,
+        n_parameters=f"{model.num_parameters():,}",
+        word_vocab_size=f"{config.word_vocab_size:,}",
         train_files=", ".join(f"`{Path(name).name}`" for name in data_args.train_file),
         validation_files=", ".join(f"`{Path(name).name}`" for name in data_args.validation_file),
-        command=shlex.join(["hf-elmo", "pretrain", *argv]), steps=f"{steps:,}",
-        forward=f"{metrics['eval_forward_perplexity']:.2f}", backward=f"{metrics['eval_backward_perplexity']:.2f}",
-        perplexity=f"{metrics['eval_perplexity']:.2f}", train_unk=f"{metrics['train_unk_rate']:.1%}",
-        eval_unk=f"{metrics['eval_unk_rate']:.1%}", n_negative_samples=f"{config.n_negative_samples:,}",
+        command=shlex.join(["hf-elmo", "pretrain", *argv]),
+        steps=f"{steps:,}",
+        forward=f"{metrics['eval_forward_perplexity']:.2f}",
+        backward=f"{metrics['eval_backward_perplexity']:.2f}",
+        perplexity=f"{metrics['eval_perplexity']:.2f}",
+        train_unk=f"{metrics['train_unk_rate']:.1%}",
+        eval_unk=f"{metrics['eval_unk_rate']:.1%}",
+        n_negative_samples=f"{config.n_negative_samples:,}",
     )
     (output_dir / "README.md").write_text(text, encoding="utf-8")
 

@@ -127,7 +127,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         self._row_cache: dict[str, list[int]] = {}
         self.word_tokenizer = None if vocab_file is None else _read_word_vocab(vocab_file)
         self._word_to_id = None if vocab_file is None else self.word_tokenizer.get_vocab()
-        self.word_input_vocab = None if word_input_vocab_file is None else _read_word_input_vocab(word_input_vocab_file)
+        self.word_input_vocab = (
+            None if word_input_vocab_file is None else _read_word_input_vocab(word_input_vocab_file)
+        )
         self._symbols = self._character_symbols()
         self._symbol_by_id = {i: symbol for symbol, i in self._symbols.items()}
         super().__init__(max_characters_per_token=max_characters_per_token, pre_tokenizer=pre_tokenizer, **kwargs)
@@ -140,8 +142,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         # No file is required (a byte alphabet needs none), so transformers would build a default tokenizer from a
         # path that does not exist: a typo would go unnoticed.
         if not os.path.isdir(pretrained_model_name_or_path) and not any(resolved_vocab_files.values()):
-            raise OSError(f"{pretrained_model_name_or_path} is not a folder, and no ElmoTokenizer files were found "
-                          "for it on the Hub or in the Hub cache")
+            raise OSError(
+                f"{pretrained_model_name_or_path} is not a folder, and no ElmoTokenizer files were found "
+                "for it on the Hub or in the Hub cache"
+            )
         return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
 
     # -- the vocabulary: characters ---------------------------------------------------------------------------------
@@ -198,8 +202,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             return self.alphabet.sentence_marker_row_ids()[self.alphabet.boundary_words.index(tokens)]
         if self.alphabet.learned:
             return self.alphabet.markers["unknown"] + ID_SHIFT
-        raise ValueError(f"{tokens!r} is not one byte nor a marker: the byte alphabet's tokens are single bytes "
-                         f"(chr(0)..chr(255)); use __call__ or encode for words")
+        raise ValueError(
+            f"{tokens!r} is not one byte nor a marker: the byte alphabet's tokens are single bytes "
+            f"(chr(0)..chr(255)); use __call__ or encode for words"
+        )
 
     def convert_ids_to_tokens(self, ids: int | list[int], skip_special_tokens: bool = False) -> str | list[str]:
         """The symbol of a character id (or of each id of a list); `skip_special_tokens` drops the markers."""
@@ -309,8 +315,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if text_target is not None or text_pair_target is not None:
             raise ValueError("ElmoTokenizer has no target side: ELMo is an encoder without a decoder to read targets")
         if return_overflowing_tokens or stride:
-            raise ValueError("ElmoTokenizer cannot return overflowing tokens: each sentence is one sequence, and "
-                             "truncation drops the words past max_length")
+            raise ValueError(
+                "ElmoTokenizer cannot return overflowing tokens: each sentence is one sequence, and "
+                "truncation drops the words past max_length"
+            )
         if padding_side not in (None, "right"):
             raise ValueError("ElmoTokenizer pads on the right only")
         if text is None:
@@ -345,8 +353,12 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             if self.word_input_vocab is not None:
                 word_inputs_batch.append(self._word_inputs(sentences, rows, word_ids, type_ids))
             if return_offsets_mapping:
-                offsets_batch.append([(0, 0) if word is None else offsets_of[i][type_id][word]
-                                      for word, type_id in zip(word_ids, type_ids)])
+                offsets_batch.append(
+                    [
+                        (0, 0) if word is None else offsets_of[i][type_id][word]
+                        for word, type_id in zip(word_ids, type_ids)
+                    ]
+                )
 
         data = {"input_ids": rows_batch}
         if self.word_input_vocab is not None:
@@ -370,7 +382,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             data["labels"] = labels_batch
         if not batched:
             data = {key: value[0] for key, value in data.items()}
-            return ElmoBatchEncoding(data, word_ids=word_ids_batch, tensor_type=return_tensors, prepend_batch_axis=True)
+            return ElmoBatchEncoding(
+                data, word_ids=word_ids_batch, tensor_type=return_tensors, prepend_batch_axis=True
+            )
         if return_tensors in ("pt", "np") and len({len(rows) for rows in data["input_ids"]}) == 1:
             # transformers' generic conversion walks the nested lists item by item; numpy reads them ~10x faster.
             data = {key: _int64_tensor(value, return_tensors) for key, value in data.items()}
@@ -394,8 +408,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     def encode(self, text, text_pair=None, add_special_tokens: bool = True, **kwargs) -> list[list[int]]:
         """The `input_ids` of one sentence (or pair): a list of character-id rows, one per position."""
         if not isinstance(text, str) and not kwargs.get("is_split_into_words"):
-            raise TypeError(f"encode takes one sentence (a str, or a list of words with is_split_into_words=True), "
-                            f"got {type(text).__name__}: use __call__ for batches")
+            raise TypeError(
+                f"encode takes one sentence (a str, or a list of words with is_split_into_words=True), "
+                f"got {type(text).__name__}: use __call__ for batches"
+            )
         return self(text, text_pair=text_pair, add_special_tokens=add_special_tokens, **kwargs)["input_ids"]
 
     def num_special_tokens_to_add(self, pair: bool = False) -> int:
@@ -418,8 +434,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         sentences = text if batched else [text]
         for sentence in sentences:
             if isinstance(sentence, str) or not isinstance(sentence, Sequence):
-                raise TypeError(f"with is_split_into_words=True, {name} must be a list of words or a list of "
-                                f"lists of words; got an element of type {type(sentence).__name__}")
+                raise TypeError(
+                    f"with is_split_into_words=True, {name} must be a list of words or a list of "
+                    f"lists of words; got an element of type {type(sentence).__name__}"
+                )
             for word in sentence:
                 if not isinstance(word, str):
                     raise TypeError(f"a word must be a str, got {type(word).__name__}: {word!r}")
@@ -427,6 +445,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
 
     def _offsets(self, text, text_pair, batched: bool, is_split_into_words: bool) -> list[tuple[list, list]]:
         """`(start, end)` of each word in its string (each word alone when pre-split), per example and sentence."""
+
         def spans(sentence):
             if is_split_into_words:
                 return [(0, len(word)) for word in sentence]
@@ -481,9 +500,12 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """The word-input id of every position of one encoded example (boundaries as their words)."""
         vocab, unknown = self.word_input_vocab, self.word_input_vocab[WORD_INPUT_UNKNOWN]
         bos_id, eos_id = (vocab.get(word, unknown) for word in self.alphabet.boundary_words)
-        return [(bos_id if row is self._bos_row else eos_id) if word_id is None
-                else self.word_input_id(sentences[type_id][word_id])
-                for row, word_id, type_id in zip(rows, word_ids, type_ids)]
+        return [
+            (bos_id if row is self._bos_row else eos_id)
+            if word_id is None
+            else self.word_input_id(sentences[type_id][word_id])
+            for row, word_id, type_id in zip(rows, word_ids, type_ids)
+        ]
 
     # -- padding ----------------------------------------------------------------------------------------------------
 
@@ -493,8 +515,13 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         target = max(longest, max_length or 0)
         if pad_to_multiple_of:
             target = -(-target // pad_to_multiple_of) * pad_to_multiple_of
-        pad_values = {"input_ids": self._pad_row, "attention_mask": 0, "token_type_ids": 0,
-                      "special_tokens_mask": 1, "offset_mapping": (0, 0)}
+        pad_values = {
+            "input_ids": self._pad_row,
+            "attention_mask": 0,
+            "token_type_ids": 0,
+            "special_tokens_mask": 1,
+            "offset_mapping": (0, 0),
+        }
         if self.word_input_vocab is not None:
             pad_values["word_input_ids"] = self.word_input_vocab[WORD_INPUT_PADDING]
         padded = {}

@@ -34,7 +34,7 @@ class ParameterGroup:
     to_original: Callable[..., tuple[np.ndarray, ...]]
 
 
-# -- the pairs of inverse functions ---------------------------------------------------------------------------------
+# -- the pairs of inverse functions -----------------------------------------------------------------------------------
 
 
 def identity(*arrays):
@@ -87,7 +87,7 @@ def lstm_to_original(input_kernel, recurrent_kernel, bias, projection=None):
     return arrays if projection is None else (*arrays, projection)
 
 
-# -- the layout of one configuration --------------------------------------------------------------------------------
+# -- the layout of one configuration ----------------------------------------------------------------------------------
 
 
 def check_original_layout(config: ElmoConfig) -> None:
@@ -112,26 +112,37 @@ def parameter_groups(config: ElmoConfig) -> Iterator[ParameterGroup]:
     check_original_layout(config)
     char_dim, n_filters = config.char_embedding_dim, config.n_filters
     projection_dim, cell_dim = config.projection_dim, config.cell_dim
-    yield ParameterGroup(("char_embed",), ("char_encoder.char_embedding.weight",),
-                         ((BYTE_ALPHABET_SIZE, char_dim),), char_embedding_from_original, char_embedding_to_original)
+    yield ParameterGroup(
+        ("char_embed",),
+        ("char_encoder.char_embedding.weight",),
+        ((BYTE_ALPHABET_SIZE, char_dim),),
+        char_embedding_from_original,
+        char_embedding_to_original,
+    )
     for i, (width, n) in enumerate(config.filters):
         yield ParameterGroup(
             (f"CNN/W_cnn_{i}", f"CNN/b_cnn_{i}"),
             (f"char_encoder.convolutions.{i}.weight", f"char_encoder.convolutions.{i}.bias"),
-            ((1, width, char_dim, n), (n,)), conv_from_original, conv_to_original,
+            ((1, width, char_dim, n), (n,)),
+            conv_from_original,
+            conv_to_original,
         )
     for k in range(config.n_highway):
         for original, ours in (("carry", "gate"), ("transform", "nonlinear")):
             yield ParameterGroup(
                 (f"CNN_high_{k}/W_{original}", f"CNN_high_{k}/b_{original}"),
                 (f"char_encoder.highways.{k}.{ours}_weight", f"char_encoder.highways.{k}.{ours}_bias"),
-                ((n_filters, n_filters), (n_filters,)), dense_from_original, dense_to_original,
+                ((n_filters, n_filters), (n_filters,)),
+                dense_from_original,
+                dense_to_original,
             )
     if n_filters != projection_dim:
         yield ParameterGroup(
             ("CNN_proj/W_proj", "CNN_proj/b_proj"),
             ("char_encoder.projection.weight", "char_encoder.projection.bias"),
-            ((n_filters, projection_dim), (projection_dim,)), dense_from_original, dense_to_original,
+            ((n_filters, projection_dim), (projection_dim,)),
+            dense_from_original,
+            dense_to_original,
         )
     projected = projection_dim < cell_dim
     recurrent_dim = projection_dim if projected else cell_dim

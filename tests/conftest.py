@@ -72,9 +72,18 @@ def fixture_sentences(fixture_dir) -> list[list[str]]:
 
 def tiny_config(**overrides) -> ElmoConfig:
     """A config small enough for fast tests; keyword arguments override any option."""
-    options = dict(char_embedding_dim=4, filters=[[1, 4], [2, 8], [3, 8]], n_highway=1, projection_dim=8,
-                   cell_dim=16, n_layers=2, cell_clip=3.0, proj_clip=3.0, use_skip_connections=True,
-                   max_characters_per_token=20)
+    options = dict(
+        char_embedding_dim=4,
+        filters=[[1, 4], [2, 8], [3, 8]],
+        n_highway=1,
+        projection_dim=8,
+        cell_dim=16,
+        n_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+        use_skip_connections=True,
+        max_characters_per_token=20,
+    )
     options.update(overrides)
     return ElmoConfig(**options)
 

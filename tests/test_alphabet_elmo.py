@@ -31,8 +31,13 @@ def test_learned_alphabet_cuts_characters_not_bytes():
     row = alphabet.word_row("한국" * 4, 8)  # 6 characters fit; bytes would hold 2 syllables
     markers = alphabet.markers
     assert [i - 1 for i in row] == [markers["begin_of_word"], 2, 3, 2, 3, 2, 3, markers["end_of_word"]]
-    assert alphabet.word_row("a?", 5) == [markers["begin_of_word"] + 1, 1, markers["unknown"] + 1,
-                                          markers["end_of_word"] + 1, markers["padding"] + 1]
+    assert alphabet.word_row("a?", 5) == [
+        markers["begin_of_word"] + 1,
+        1,
+        markers["unknown"] + 1,
+        markers["end_of_word"] + 1,
+        markers["padding"] + 1,
+    ]
     assert alphabet.table_rows == alphabet.size + 1 == 11
     assert alphabet.word_row("<eos>", 5) == alphabet.boundary_row(True, 5)
     assert alphabet.word_row("<eos>", 8, boundary_words=False)[1:6] == [markers["unknown"] + 1] * 5
@@ -40,15 +45,19 @@ def test_learned_alphabet_cuts_characters_not_bytes():
 
 def test_markers_are_taken_by_role():
     ids = {"a": 0, "<bos>": 1, "<eos>": 2, "<oov>": 3, "<pad>": 4, "<bow>": 5, "<eow>": 6}
-    swapped = CharacterAlphabet.from_symbols(ids, dict(zip(MARKER_ROLES, ("<bos>", "<eos>", "<eow>", "<bow>",
-                                                                          "<pad>", "<oov>"))))
+    swapped = CharacterAlphabet.from_symbols(
+        ids, dict(zip(MARKER_ROLES, ("<bos>", "<eos>", "<eow>", "<bow>", "<pad>", "<oov>")))
+    )
     assert swapped.word_row("a", 4) == [7, 1, 6, 5]
 
 
-@pytest.mark.parametrize("symbols, message", [
-    ({"a": 0}, "lacks the marker symbols"),
-    ({"a": 9, "<bos>": 1, "<eos>": 2, "<oov>": 3, "<pad>": 4, "<bow>": 5, "<eow>": 6}, "ids must be 0..6"),
-])
+@pytest.mark.parametrize(
+    "symbols, message",
+    [
+        ({"a": 0}, "lacks the marker symbols"),
+        ({"a": 9, "<bos>": 1, "<eos>": 2, "<oov>": 3, "<pad>": 4, "<bow>": 5, "<eow>": 6}, "ids must be 0..6"),
+    ],
+)
 def test_bad_vocabularies_are_refused(symbols, message):
     with pytest.raises(ValueError, match=message):
         CharacterAlphabet.from_symbols(symbols)

@@ -8,6 +8,7 @@ import textwrap
 
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoTokenizer
 
 from hf_elmo import (
@@ -18,8 +19,6 @@ from hf_elmo import (
     ElmoModel,
     ElmoTokenizer,
 )
-
-from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 SENTENCES = [["The", "cat", "sat", "."], ["Dogs", "bark", "loudly", "at", "night", "!"]]
 
@@ -78,8 +77,11 @@ def remote(tmp_path_factory):
     root = tmp_path_factory.mktemp("remote")
     tokenizer = ElmoTokenizer(max_characters_per_token=20)
     torch.manual_seed(0)
-    models = {"base": ElmoModel(tiny_config()).eval(), "sequence": tiny_head(ElmoForSequenceClassification),
-              "token": tiny_head(ElmoForTokenClassification)}
+    models = {
+        "base": ElmoModel(tiny_config()).eval(),
+        "sequence": tiny_head(ElmoForSequenceClassification),
+        "token": tiny_head(ElmoForTokenClassification),
+    }
     for name, model in models.items():
         model.save_pretrained(root / name)
         tokenizer.save_pretrained(root / name)
@@ -87,14 +89,21 @@ def remote(tmp_path_factory):
     convert(options, weights, root / "converted")
     models["converted"] = load_original(options, weights)
 
-    jobs = [[str(root / "base"), "AutoModel"], [str(root / "converted"), "AutoModel"],
-            [str(root / "sequence"), "AutoModelForSequenceClassification"],
-            [str(root / "token"), "AutoModelForTokenClassification"]]
+    jobs = [
+        [str(root / "base"), "AutoModel"],
+        [str(root / "converted"), "AutoModel"],
+        [str(root / "sequence"), "AutoModelForSequenceClassification"],
+        [str(root / "token"), "AutoModelForTokenClassification"],
+    ]
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(root / "modules_cache")}
     env.pop("PYTHONPATH", None)
     result = subprocess.run(
         [sys.executable, "-c", REMOTE_LOAD_SCRIPT, json.dumps(jobs), json.dumps(SENTENCES), str(root / "out.pt")],
-        env=env, capture_output=True, text=True, timeout=300, cwd=root,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
     )
     assert result.returncode == 0, result.stderr[-3000:]
     outputs = torch.load(root / "out.pt")
@@ -129,9 +138,15 @@ def test_saved_folders_carry_auto_map_and_code(remote, name):
         assert (folder / file).is_file(), file
 
 
-@pytest.mark.parametrize("name,class_name", [("base", "ElmoModel"), ("converted", "ElmoModel"),
-                                             ("sequence", "ElmoForSequenceClassification"),
-                                             ("token", "ElmoForTokenClassification")])
+@pytest.mark.parametrize(
+    "name,class_name",
+    [
+        ("base", "ElmoModel"),
+        ("converted", "ElmoModel"),
+        ("sequence", "ElmoForSequenceClassification"),
+        ("token", "ElmoForTokenClassification"),
+    ],
+)
 def test_remote_code_without_hf_elmo_gives_identical_outputs(remote, tiny_tokenizer, name, class_name):
     _, model, loaded = remote[name]
     assert loaded["model_class"].startswith("transformers_modules.") and loaded["model_class"].endswith(class_name)

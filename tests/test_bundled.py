@@ -1,4 +1,4 @@
-"""The models shipped inside the package: paths, loading (own and Auto classes), outputs, `embed` and the quickstart."""
+"""The models shipped inside the package: paths, loading (own and Auto classes), outputs, `embed`, the quickstart."""
 
 import os
 import subprocess
@@ -8,13 +8,12 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 import hf_elmo
 from hf_elmo import BUNDLED_MODELS, ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.cli import main as cli_main
-
-from conftest import FLOAT32_TOLERANCE
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ["배가 고프다", "배를 타고 여행을 가다", "이 영화 정말 재미있다 ㅋㅋ"]
@@ -45,8 +44,10 @@ def test_bundled_model_path_gives_folders_and_names_the_choices():
         files = {f.name for f in folder.iterdir()}
         assert {"config.json", "model.safetensors", "README.md", "word_vocab.json"} <= files
         assert sum(f.stat().st_size for f in folder.iterdir()) <= 25 * 2**20
-    with pytest.raises(ValueError, match="^no bundled model named 'ko-nsmc-large'; the bundled models are: "
-                                         "ko-nsmc, ko-nsmc-sentiment$"):
+    with pytest.raises(
+        ValueError,
+        match="^no bundled model named 'ko-nsmc-large'; the bundled models are: ko-nsmc, ko-nsmc-sentiment$",
+    ):
         bundled_model_path("ko-nsmc-large")
 
 
@@ -56,7 +57,8 @@ def test_code_files_of_the_bundled_folders_are_the_package_code():
     for name in BUNDLED_MODELS:
         for copy in Path(bundled_model_path(name)).glob("*.py"):
             assert copy.read_text(encoding="utf-8") == (ROOT / "hf_elmo" / copy.name).read_text(encoding="utf-8"), (
-                f"{name}/{copy.name} differs from hf_elmo/{copy.name}")
+                f"{name}/{copy.name} differs from hf_elmo/{copy.name}"
+            )
 
 
 def test_bilm_loads_in_float32_with_own_and_auto_classes(bilm, tokenizer):
@@ -115,20 +117,33 @@ def test_embed_accepts_a_bundled_name(bilm, tokenizer, tmp_path, monkeypatch):
     with h5py.File(tmp_path / "out.h5", "r") as handle, torch.inference_mode():
         for index, sentence in enumerate(SENTENCES):
             expected = bilm(**tokenizer([sentence], return_tensors="pt")).last_hidden_state[0, 1:-1]
-            torch.testing.assert_close(torch.from_numpy(handle[str(index)][()]), expected,
-                                       atol=FLOAT32_TOLERANCE, rtol=FLOAT32_TOLERANCE)
+            torch.testing.assert_close(
+                torch.from_numpy(handle[str(index)][()]), expected, atol=FLOAT32_TOLERANCE, rtol=FLOAT32_TOLERANCE
+            )
 
 
 def test_quickstart_runs_offline_on_the_bundled_models():
-    environment = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-                   "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
-    result = subprocess.run([sys.executable, str(ROOT / "examples" / "quickstart.py")], capture_output=True,
-                            text=True, env=environment, timeout=300, cwd=ROOT)
+    environment = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
+    }
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+        capture_output=True,
+        text=True,
+        env=environment,
+        timeout=300,
+        cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "cosine similarity, layer 0 (context-free character CNN):" in lines
     # Layer 0 reads the word alone: 배가 in "배가 고프다" and "배가 아프다" get the same vector.
     assert lines[lines.index("cosine similarity, layer 0 (context-free character CNN):") + 2].split()[1:3] == [
-        "1.000", "1.000"]
+        "1.000",
+        "1.000",
+    ]
     for review, label in REVIEWS.items():
         assert any(line.split()[:1] == [label] and line.endswith(review) for line in lines), review

@@ -11,18 +11,17 @@ import subprocess
 import sys
 import textwrap
 import time
-import tomllib
 from pathlib import Path
 
 import h5py
 import numpy as np
 import pytest
+import tomllib
 import torch
+from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
-
-from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 WORDS = "the a cat dog sat on mat quickly under over house river été".split()
@@ -30,8 +29,15 @@ WORDS = "the a cat dog sat on mat quickly under over house river été".split()
 
 def run_cli(*args, cwd=None, preexec_fn=None, timeout=120) -> subprocess.CompletedProcess:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", "hf_elmo.cli", *map(str, args)], capture_output=True, text=True,
-                          env=env, cwd=cwd, preexec_fn=preexec_fn, timeout=timeout)
+    return subprocess.run(
+        [sys.executable, "-m", "hf_elmo.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        preexec_fn=preexec_fn,
+        timeout=timeout,
+    )
 
 
 def corpus(n_lines: int, seed: int = 0) -> list[str]:
@@ -44,8 +50,20 @@ def model_dir(tmp_path_factory) -> Path:
     """A tiny original checkpoint converted with `hf-elmo convert` (in process)."""
     folder = tmp_path_factory.mktemp("cli")
     options, weights = write_original_checkpoint(folder / "original", tiny_config(), seed=3)
-    assert main(["convert", "--options-file", str(options), "--weight-file", str(weights),
-                 "--output-dir", str(folder / "model")]) == 0
+    assert (
+        main(
+            [
+                "convert",
+                "--options-file",
+                str(options),
+                "--weight-file",
+                str(weights),
+                "--output-dir",
+                str(folder / "model"),
+            ]
+        )
+        == 0
+    )
     return folder / "model"
 
 
@@ -77,8 +95,9 @@ def test_console_script_is_declared():
 def test_embed_all_matches_model_in_allennlp_layout(model_dir, model, tmp_path):
     lines = ["the cat sat", "", "  a dog  ", "été " * 30, "the cat sat"]  # an empty line, a long line, a repeat
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    result = run_cli("embed", model_dir, tmp_path / "in.txt", tmp_path / "out.h5", "--all", "--batch-size", "2",
-                     "--max-words", "7")
+    result = run_cli(
+        "embed", model_dir, tmp_path / "in.txt", tmp_path / "out.h5", "--all", "--batch-size", "2", "--max-words", "7"
+    )
     assert result.returncode == 0, result.stderr
     assert "sent/s" in result.stderr
     assert not (tmp_path / "out.h5.parts").exists()
@@ -103,9 +122,10 @@ def test_layer_choices_pooling_and_npy(model_dir, model, tmp_path):
         "top": (["--top"], lambda layers: layers[-1]),
         "average": (["--average"], lambda layers: layers.mean(0)),
         "mix": (["--mix", "0.5,-1,2"], lambda layers: 0.5 * layers[0] - layers[1] + 2 * layers[2]),
-        "pooled": (["--mix", "0.5,-1,2", "--pooled"],
-                   lambda layers: (0.5 * layers[0] - layers[1] + 2 * layers[2]).mean(0) if layers.shape[1] else
-                   np.zeros(16)),
+        "pooled": (
+            ["--mix", "0.5,-1,2", "--pooled"],
+            lambda layers: (0.5 * layers[0] - layers[1] + 2 * layers[2]).mean(0) if layers.shape[1] else np.zeros(16),
+        ),
         "all-pooled": (["--all", "--pooled"], lambda layers: layers.mean(1) if layers.shape[1] else np.zeros((3, 16))),
     }
     for name, (flags, select) in runs.items():
@@ -119,18 +139,22 @@ def test_layer_choices_pooling_and_npy(model_dir, model, tmp_path):
     assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(folder), "--top", "--format", "npy"]) == 0
     for index, layers in enumerate(references):
         np.testing.assert_allclose(np.load(folder / f"{index}.npy"), layers[-1], atol=FLOAT32_TOLERANCE)
-    assert json.loads((folder / "sentence_to_index.json").read_text()) == {line: str(i) for i, line in
-                                                                          enumerate(lines)}
+    assert json.loads((folder / "sentence_to_index.json").read_text()) == {
+        line: str(i) for i, line in enumerate(lines)
+    }
 
 
 def test_pretokenize_splits_with_the_pre_tokenizer(model_dir, model, tmp_path):
     (tmp_path / "in.txt").write_text("the cat, sat.\n", encoding="utf-8")
-    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top",
-                 "--pretokenize"]) == 0
+    assert (
+        main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top", "--pretokenize"])
+        == 0
+    )
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
     words = tokenizer.split_words("the cat, sat.")
-    np.testing.assert_allclose(read_hdf5(tmp_path / "o.h5")["0"], reference_layers(model, words)[-1],
-                               atol=FLOAT32_TOLERANCE)
+    np.testing.assert_allclose(
+        read_hdf5(tmp_path / "o.h5")["0"], reference_layers(model, words)[-1], atol=FLOAT32_TOLERANCE
+    )
 
 
 def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
@@ -138,8 +162,22 @@ def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "hf_elmo.cli", "embed", str(model_dir), str(tmp_path / "in.txt"),
-                                str(output), "--all", "--batch-size", "1"], env=env, stderr=subprocess.DEVNULL)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hf_elmo.cli",
+            "embed",
+            str(model_dir),
+            str(tmp_path / "in.txt"),
+            str(output),
+            "--all",
+            "--batch-size",
+            "1",
+        ],
+        env=env,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 60
     while len(list(parts.glob("*.npz"))) < 20 and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -149,8 +187,12 @@ def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
     assert 20 <= len(written_before) < len(lines) and not output.exists()
 
     capsys.readouterr()
-    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--batch-size", "16",
-                 "--resume"]) == 0
+    assert (
+        main(
+            ["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--batch-size", "16", "--resume"]
+        )
+        == 0
+    )
     assert f"resuming: {len(written_before)} of {len(lines)} lines" in capsys.readouterr().err
     assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "fresh.h5"), "--all"]) == 0
     got, want = read_hdf5(output), read_hdf5(tmp_path / "fresh.h5")
@@ -166,8 +208,16 @@ def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "out.h5"
 
-    failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "32",
-                     preexec_fn=limit_file_size(60_000))
+    failed = run_cli(
+        "embed",
+        model_dir,
+        tmp_path / "in.txt",
+        output,
+        "--all",
+        "--batch-size",
+        "32",
+        preexec_fn=limit_file_size(60_000),
+    )
     assert failed.returncode != 0
     assert "Traceback" not in failed.stderr
     assert "hf-elmo: error: cannot write" in failed.stderr and "--resume" in failed.stderr
@@ -201,8 +251,16 @@ def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_
     lines = corpus(200, seed=4)
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
-    failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "32",
-                     preexec_fn=limit_file_size(60_000))
+    failed = run_cli(
+        "embed",
+        model_dir,
+        tmp_path / "in.txt",
+        output,
+        "--all",
+        "--batch-size",
+        "32",
+        preexec_fn=limit_file_size(60_000),
+    )
     assert failed.returncode == 1 and any(part.suffix == ".npz" for part in parts.iterdir()), failed.stderr
     before = snapshot(parts)
 
@@ -222,8 +280,9 @@ def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_
         capsys.readouterr()
         assert main(["embed", *map(str, arguments), "--resume"]) == 1
         error = capsys.readouterr().err.strip()
-        assert error.startswith(f"hf-elmo: error: cannot resume {parts}: it holds a run with another {differs} ("), \
+        assert error.startswith(f"hf-elmo: error: cannot resume {parts}: it holds a run with another {differs} ("), (
             error
+        )
         assert "\n" not in error and not output.exists()
         assert snapshot(parts) == before  # left as it was
 
@@ -235,8 +294,23 @@ def test_stopped_run_names_its_parts_folder(model_dir, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(corpus(300, seed=6)) + "\n", encoding="utf-8")
     output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen([sys.executable, "-m", "hf_elmo.cli", "embed", str(model_dir), str(tmp_path / "in.txt"),
-                                str(output), "--all", "--batch-size", "1"], env=env, stderr=subprocess.PIPE, text=True)
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "hf_elmo.cli",
+            "embed",
+            str(model_dir),
+            str(tmp_path / "in.txt"),
+            str(output),
+            "--all",
+            "--batch-size",
+            "1",
+        ],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
     deadline = time.monotonic() + 60
     while len(list(parts.glob("*.npz"))) < 5 and process.poll() is None and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -253,27 +327,46 @@ def test_npy_output_is_complete_or_absent(model_dir, model, tmp_path):
     lines[30] = " ".join(["dog"] * 400)  # its .npy (3 x 400 x 16 float32) is past the file-size limit below
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     output, parts = tmp_path / "npy", tmp_path / "npy.parts"
-    failed = run_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--format", "npy",
-                     preexec_fn=limit_file_size(50_000))
+    failed = run_cli(
+        "embed", model_dir, tmp_path / "in.txt", output, "--all", "--format", "npy", preexec_fn=limit_file_size(50_000)
+    )
     assert failed.returncode == 1 and "hf-elmo: error: cannot write" in failed.stderr, failed.stderr
     assert not output.exists()
     assert not any("partial" in path.name for path in parts.iterdir()) and (parts / "0.npy").is_file()
 
-    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--format", "npy",
-                 "--resume"]) == 0
+    assert (
+        main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--format", "npy", "--resume"])
+        == 0
+    )
     assert not parts.exists()
     assert sorted(path.name for path in output.iterdir()) == sorted(
-        [f"{i}.npy" for i in range(len(lines))] + ["sentence_to_index.json"])
-    np.testing.assert_allclose(np.load(output / "30.npy"), reference_layers(model, lines[30].split()),
-                               atol=FLOAT32_TOLERANCE)
+        [f"{i}.npy" for i in range(len(lines))] + ["sentence_to_index.json"]
+    )
+    np.testing.assert_allclose(
+        np.load(output / "30.npy"), reference_layers(model, lines[30].split()), atol=FLOAT32_TOLERANCE
+    )
 
 
 def torchrun_cli(*args, processes: int = 2, **popen) -> subprocess.Popen:
     """`torchrun --nproc_per_node PROCESSES -m hf_elmo.cli ARGS` on the CPU (gloo), a free port chosen by torchrun."""
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
-           "CUDA_VISIBLE_DEVICES": ""}
-    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(processes),
-               "-m", "hf_elmo.cli", *map(str, args)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(processes),
+        "-m",
+        "hf_elmo.cli",
+        *map(str, args),
+    ]
     return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
 
@@ -307,15 +400,16 @@ def test_torchrun_failure_on_one_rank_writes_no_output(model_dir, tmp_path):
     stderr = run.communicate(timeout=300)[1]
     assert run.returncode != 0
     errors = [line for line in stderr.splitlines() if "hf-elmo: error" in line]
-    assert errors == [f"hf-elmo: error: rank 1: {tmp_path / 'in.txt'} line 4: not valid UTF-8 (invalid start byte "
-                      f"at byte 4); pass --errors replace or --errors skip"], stderr[-4000:]
+    assert errors == [
+        f"hf-elmo: error: rank 1: {tmp_path / 'in.txt'} line 4: not valid UTF-8 (invalid start byte "
+        f"at byte 4); pass --errors replace or --errors skip"
+    ], stderr[-4000:]
     assert not output.exists()
     written = set()
     for part in parts.glob("*.npz"):
         with np.load(part) as arrays:
             written.update(int(name) for name in arrays.files)
     assert written == set(range(0, len(lines), 2))  # rank 0's lines, all of them
-
 
 
 def test_world_size_without_a_launcher_is_one_line(model_dir, tmp_path, monkeypatch, capsys):
@@ -325,9 +419,13 @@ def test_world_size_without_a_launcher_is_one_line(model_dir, tmp_path, monkeypa
     monkeypatch.delenv("MASTER_ADDR", raising=False)
     assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top"]) == 1
     error = capsys.readouterr().err.strip()
-    assert error.startswith("hf-elmo: error: cannot join the other 1 processes (WORLD_SIZE is set): ") and \
-        error.endswith("; start hf-elmo with torchrun or accelerate launch") and "\n" not in error, error
+    assert (
+        error.startswith("hf-elmo: error: cannot join the other 1 processes (WORLD_SIZE is set): ")
+        and error.endswith("; start hf-elmo with torchrun or accelerate launch")
+        and "\n" not in error
+    ), error
     assert not (tmp_path / "o.h5").exists() and not (tmp_path / "o.h5.parts").exists()
+
 
 @pytest.mark.slow
 def test_torchrun_killed_run_resumes_per_rank_and_writes_npy(model_dir, tmp_path):
@@ -351,14 +449,21 @@ def test_torchrun_killed_run_resumes_per_rank_and_writes_npy(model_dir, tmp_path
     stderr = resumed.communicate(timeout=300)[1]
     assert resumed.returncode == 0, stderr[-4000:]
     assert f"resuming: {len(written)} of {len(lines)} lines are already written" in stderr
-    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "one"), "--top",
-                 "--format", "npy"]) == 0
+    assert (
+        main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "one"), "--top", "--format", "npy"])
+        == 0
+    )
     assert sorted(path.name for path in output.iterdir()) == sorted(path.name for path in (tmp_path / "one").iterdir())
-    assert json.loads((output / "sentence_to_index.json").read_text()) == \
-        json.loads((tmp_path / "one" / "sentence_to_index.json").read_text())
+    assert json.loads((output / "sentence_to_index.json").read_text()) == json.loads(
+        (tmp_path / "one" / "sentence_to_index.json").read_text()
+    )
     for index in range(len(lines)):
-        np.testing.assert_allclose(np.load(output / f"{index}.npy"), np.load(tmp_path / "one" / f"{index}.npy"),
-                                   atol=FLOAT32_TOLERANCE, err_msg=str(index))
+        np.testing.assert_allclose(
+            np.load(output / f"{index}.npy"),
+            np.load(tmp_path / "one" / f"{index}.npy"),
+            atol=FLOAT32_TOLERANCE,
+            err_msg=str(index),
+        )
 
 
 def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
@@ -389,12 +494,15 @@ def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
     assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip.h5"), "--all", "--errors", "skip"]) == 0
     assert [line for line in capsys.readouterr().err.splitlines() if line.strip() and "embedding" not in line] == [
         f"wrote 3 lines to {tmp_path / 'skip.h5'} (1 not valid UTF-8, skipped: written as entries of 0 words; "
-        "--verbose lists their line numbers)"]
+        "--verbose lists their line numbers)"
+    ]
     skipped = read_hdf5(tmp_path / "skip.h5")
     assert sorted(skipped) == ["0", "1", "2", "sentence_to_index"] and skipped["1"].shape == (3, 0, 16)
     assert sorted(json.loads(skipped["sentence_to_index"][0]).values()) == ["0", "2"]
-    assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip2.h5"), "--top", "--errors", "skip",
-                 "--verbose"]) == 0
+    assert (
+        main(["embed", str(model_dir), str(bad), str(tmp_path / "skip2.h5"), "--top", "--errors", "skip", "--verbose"])
+        == 0
+    )
     assert "skipped lines: 2\n" in capsys.readouterr().err
     assert main(["embed", str(model_dir), str(bad), str(tmp_path / "rep.h5"), "--top", "--errors", "replace"]) == 0
     replaced = read_hdf5(tmp_path / "rep.h5")
@@ -426,8 +534,20 @@ def test_device_errors_name_the_device(model_dir, tmp_path, capsys):
     if not torch.cuda.is_available():
         expected["cuda:1"] = "--device cuda:1: CUDA is not available here"
     for device, message in expected.items():
-        assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top",
-                     "--device", device]) == 1
+        assert (
+            main(
+                [
+                    "embed",
+                    str(model_dir),
+                    str(tmp_path / "in.txt"),
+                    str(tmp_path / "o.h5"),
+                    "--top",
+                    "--device",
+                    device,
+                ]
+            )
+            == 1
+        )
         error = capsys.readouterr().err.strip()
         assert error.startswith(f"hf-elmo: error: {message}") and "\n" not in error, error
 
@@ -435,16 +555,21 @@ def test_device_errors_name_the_device(model_dir, tmp_path, capsys):
 def test_foreign_model_folder_is_named_in_one_line(tmp_path, capsys):
     from transformers import BertConfig, BertModel
 
-    BertModel(BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8,
-                         vocab_size=10)).save_pretrained(tmp_path / "bert")
+    BertModel(
+        BertConfig(hidden_size=8, num_hidden_layers=1, num_attention_heads=2, intermediate_size=8, vocab_size=10)
+    ).save_pretrained(tmp_path / "bert")
     (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
     capsys.readouterr()
-    for command in (["info", tmp_path / "bert"], ["embed", tmp_path / "bert", tmp_path / "in.txt", tmp_path / "o.h5",
-                                                 "--top"], ["export", "--model-dir", tmp_path / "bert",
-                                                            "--output-dir", tmp_path / "original"]):
+    for command in (
+        ["info", tmp_path / "bert"],
+        ["embed", tmp_path / "bert", tmp_path / "in.txt", tmp_path / "o.h5", "--top"],
+        ["export", "--model-dir", tmp_path / "bert", "--output-dir", tmp_path / "original"],
+    ):
         assert main(list(map(str, command))) == 1
-        assert capsys.readouterr().err == f"hf-elmo: error: {tmp_path / 'bert'} is not an hf_elmo model folder " \
-                                          f"(model_type 'bert')\n"
+        assert (
+            capsys.readouterr().err == f"hf-elmo: error: {tmp_path / 'bert'} is not an hf_elmo model folder "
+            f"(model_type 'bert')\n"
+        )
 
 
 def test_hub_id_without_network_fails_at_once_unless_cached(model_dir, tmp_path):
@@ -456,12 +581,17 @@ def test_hub_id_without_network_fails_at_once_unless_cached(model_dir, tmp_path)
     shutil.copytree(model_dir, cached / "snapshots" / revision)
     (cached / "refs").mkdir()
     (cached / "refs" / "main").write_text(revision)
-    results = {name: subprocess.run([sys.executable, "-m", "hf_elmo.cli", "info", name], capture_output=True,
-                                    text=True, env=env, timeout=120)
-               for name in ("someone/elmo", "someone/cached-elmo")}
+    results = {
+        name: subprocess.run(
+            [sys.executable, "-m", "hf_elmo.cli", "info", name], capture_output=True, text=True, env=env, timeout=120
+        )
+        for name in ("someone/elmo", "someone/cached-elmo")
+    }
     assert results["someone/elmo"].returncode == 1
-    assert results["someone/elmo"].stderr == ("hf-elmo: error: no such model folder: someone/elmo; as a Hub id it is "
-                                              "not in the Hub cache, and the Hub cannot be reached\n")
+    assert results["someone/elmo"].stderr == (
+        "hf-elmo: error: no such model folder: someone/elmo; as a Hub id it is "
+        "not in the Hub cache, and the Hub cannot be reached\n"
+    )
     assert results["someone/cached-elmo"].returncode == 0, results["someone/cached-elmo"].stderr
     assert results["someone/cached-elmo"].stdout.startswith("model: someone/cached-elmo\n")
 
@@ -471,8 +601,20 @@ def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):
     printed = capsys.readouterr().out
     assert f"parameters: {model.num_parameters():,}" in printed
     assert "dtype: float32" in printed and "representation layers: 3" in printed
-    assert main(["convert", "--options-file", str(tmp_path / "none.json"), "--weight-file",
-                 str(tmp_path / "none.hdf5"), "--output-dir", str(tmp_path / "out")]) == 1
+    assert (
+        main(
+            [
+                "convert",
+                "--options-file",
+                str(tmp_path / "none.json"),
+                "--weight-file",
+                str(tmp_path / "none.hdf5"),
+                "--output-dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 1
+    )
     assert capsys.readouterr().err.strip().startswith("hf-elmo: error: no such file")
 
 
@@ -491,8 +633,9 @@ def read_hdf5_tree(path: Path) -> dict[str, np.ndarray]:
 
 def test_export_subcommand_gives_back_the_original_bits(model_dir, tmp_path, capsys):
     assert main(["export", "--model-dir", str(model_dir), "--output-dir", str(tmp_path / "original")]) == 0
-    original, exported = (read_hdf5_tree(folder / "weights.hdf5") for folder in (model_dir.parent / "original",
-                                                                                 tmp_path / "original"))
+    original, exported = (
+        read_hdf5_tree(folder / "weights.hdf5") for folder in (model_dir.parent / "original", tmp_path / "original")
+    )
     assert sorted(original) == sorted(exported) and original
     for name in original:
         assert original[name].tobytes() == exported[name].tobytes(), name
@@ -503,22 +646,51 @@ def test_export_subcommand_gives_back_the_original_bits(model_dir, tmp_path, cap
 def test_pretrain_subcommand_trains_and_saves_a_model(tmp_path, capsys):
     text = "".join(f"the {w} sat on the mat .\n" for w in ["cat", "dog", "bird", "cow"] * 5)
     (tmp_path / "train.txt").write_text(text, encoding="utf-8")
-    argv = ["pretrain", "--train-file", str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "train.txt"),
-            "--output-dir", str(tmp_path / "model"), "--preset", "tiny", "--max-characters-per-token", "20",
-            "--min-count", "6", "--n-negative-samples", "100", "--batch-size", "4", "--max-steps", "2",
-            # TrainingArguments options this command does not name
-            "--warmup_steps", "1", "--gradient_accumulation_steps", "2", "--lr_scheduler_type", "cosine",
-            "--save-steps", "1", "--keep-checkpoints"]
+    argv = [
+        "pretrain",
+        "--train-file",
+        str(tmp_path / "train.txt"),
+        "--validation-file",
+        str(tmp_path / "train.txt"),
+        "--output-dir",
+        str(tmp_path / "model"),
+        "--preset",
+        "tiny",
+        "--max-characters-per-token",
+        "20",
+        "--min-count",
+        "6",
+        "--n-negative-samples",
+        "100",
+        "--batch-size",
+        "4",
+        "--max-steps",
+        "2",
+        # TrainingArguments options this command does not name
+        "--warmup_steps",
+        "1",
+        "--gradient_accumulation_steps",
+        "2",
+        "--lr_scheduler_type",
+        "cosine",
+        "--save-steps",
+        "1",
+        "--keep-checkpoints",
+    ]
     assert main(argv) == 0
     printed = capsys.readouterr()
     assert '"eval_perplexity": ' in printed.out and '"eval_unk_rate": 0.1428' in printed.out  # the final metrics
     # cat, dog, bird and cow (5 times each) are under --min-count: 20 of the 140 words are <UNK>
-    assert "word vocabulary: 8 words, <S> </S> <UNK> included; <UNK> rate 14.3% of the training words, 14.3% of " \
-           "the validation words" in printed.err
+    assert (
+        "word vocabulary: 8 words, <S> </S> <UNK> included; <UNK> rate 14.3% of the training words, 14.3% of "
+        "the validation words" in printed.err
+    )
     assert "negative samples per batch: 8 (asked 100: capped at the vocabulary size)" in printed.err
     model = ElmoModel.from_pretrained(tmp_path / "model")
-    assert f"parameters: {model.num_parameters() + 8 * 33:,} ({model.num_parameters():,} biLM, 264 softmax)" \
+    assert (
+        f"parameters: {model.num_parameters() + 8 * 33:,} ({model.num_parameters():,} biLM, 264 softmax)"
         in printed.err
+    )
     assert model.config.max_characters_per_token == 20
     used = torch.load(tmp_path / "model" / "checkpoint-2" / "training_args.bin", weights_only=False)
     assert (used.warmup_steps, used.gradient_accumulation_steps, used.lr_scheduler_type) == (1, 2, "cosine")
@@ -546,18 +718,40 @@ def test_pretrain_without_the_training_extra_names_it(tmp_path):
         from hf_elmo.cli import main
         sys.exit(main(sys.argv[1:]))
     """)
-    result = subprocess.run([sys.executable, "-c", block_accelerate, "pretrain", "--train-file",
-                             str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "train.txt"),
-                             "--output-dir", str(tmp_path / "model")], capture_output=True, text=True,
-                            env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            block_accelerate,
+            "pretrain",
+            "--train-file",
+            str(tmp_path / "train.txt"),
+            "--validation-file",
+            str(tmp_path / "train.txt"),
+            "--output-dir",
+            str(tmp_path / "model"),
+        ],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=120,
+    )
     assert result.returncode == 2
     assert result.stderr == 'hf-elmo: error: pre-training needs the training extra: pip install "hf_elmo[training]"\n'
 
 
 def test_pretrain_subcommand_reports_bad_arguments(tmp_path, capsys):
     (tmp_path / "train.txt").write_text("a b\n", encoding="utf-8")
-    argv = ["pretrain", "--train-file", str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "train.txt"),
-            "--output-dir", str(tmp_path / "model"), "--streaming"]
+    argv = [
+        "pretrain",
+        "--train-file",
+        str(tmp_path / "train.txt"),
+        "--validation-file",
+        str(tmp_path / "train.txt"),
+        "--output-dir",
+        str(tmp_path / "model"),
+        "--streaming",
+    ]
     assert main(argv) == 2
     assert "--streaming needs --max-steps" in capsys.readouterr().err
 
@@ -571,12 +765,25 @@ def test_convert_reports_a_failed_upload_and_keeps_the_folder(tmp_path, monkeypa
     monkeypatch.setattr(HfApi, "create_repo", unreachable)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # no reachability check: the call fails
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
-    code = main(["convert", "--options-file", str(options), "--weight-file", str(weights),
-                 "--output-dir", str(tmp_path / "out"), "--push-to-hub", "someone/elmo"])
+    code = main(
+        [
+            "convert",
+            "--options-file",
+            str(options),
+            "--weight-file",
+            str(weights),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--push-to-hub",
+            "someone/elmo",
+        ]
+    )
     assert code == 1
-    assert capsys.readouterr().err == (f"hf-elmo: error: {tmp_path / 'out'} was written, but the upload to "
-                                       f"someone/elmo failed: Name or service not known; upload it with: hf upload "
-                                       f"someone/elmo {tmp_path / 'out'}\n")
+    assert capsys.readouterr().err == (
+        f"hf-elmo: error: {tmp_path / 'out'} was written, but the upload to "
+        f"someone/elmo failed: Name or service not known; upload it with: hf upload "
+        f"someone/elmo {tmp_path / 'out'}\n"
+    )
     assert ElmoModel.from_pretrained(tmp_path / "out").config.n_layers == tiny_config().n_layers
 
 
@@ -584,13 +791,32 @@ def test_convert_push_without_network_is_one_line(tmp_path):
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
     env = {key: value for key, value in os.environ.items() if key not in ("HF_HUB_OFFLINE", "TRANSFORMERS_OFFLINE")}
     env.update(PYTHONPATH=str(ROOT), HF_ENDPOINT="http://127.0.0.1:9", HF_HOME=str(tmp_path / "hf-home"))
-    result = subprocess.run([sys.executable, "-m", "hf_elmo.cli", "convert", "--options-file", str(options),
-                             "--weight-file", str(weights), "--output-dir", str(tmp_path / "out"), "--push-to-hub",
-                             "someone/elmo", "--private"], capture_output=True, text=True, env=env, timeout=120)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "hf_elmo.cli",
+            "convert",
+            "--options-file",
+            str(options),
+            "--weight-file",
+            str(weights),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--push-to-hub",
+            "someone/elmo",
+            "--private",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
     assert result.returncode == 1
     assert result.stderr.splitlines()[-1] == (
         f"hf-elmo: error: {tmp_path / 'out'} was written, but the upload to someone/elmo failed: the Hub cannot be "
-        f"reached; upload it with: hf upload someone/elmo {tmp_path / 'out'} --private")
+        f"reached; upload it with: hf upload someone/elmo {tmp_path / 'out'} --private"
+    )
     assert "Traceback" not in result.stderr and (tmp_path / "out" / "model.safetensors").is_file()
 
 
@@ -598,16 +824,40 @@ def test_convert_output_respects_the_umask_and_names_the_overwrite_flag(tmp_path
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
     previous = os.umask(0o027)
     try:
-        assert main(["convert", "--options-file", str(options), "--weight-file", str(weights),
-                     "--output-dir", str(tmp_path / "out")]) == 0
+        assert (
+            main(
+                [
+                    "convert",
+                    "--options-file",
+                    str(options),
+                    "--weight-file",
+                    str(weights),
+                    "--output-dir",
+                    str(tmp_path / "out"),
+                ]
+            )
+            == 0
+        )
     finally:
         os.umask(previous)
     assert (tmp_path / "out").stat().st_mode & 0o777 == 0o750
     assert (tmp_path / "out" / "model.safetensors").stat().st_mode & 0o777 == 0o640  # transformers writes it 600
     assert all(path.stat().st_mode & 0o777 == 0o640 for path in (tmp_path / "out").iterdir())
     capsys.readouterr()
-    assert main(["convert", "--options-file", str(options), "--weight-file", str(weights),
-                 "--output-dir", str(tmp_path / "out")]) == 1
+    assert (
+        main(
+            [
+                "convert",
+                "--options-file",
+                str(options),
+                "--weight-file",
+                str(weights),
+                "--output-dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 1
+    )
     assert "pass --overwrite" in capsys.readouterr().err
 
 

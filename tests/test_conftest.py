@@ -10,10 +10,17 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 def run_parity_test(tmp_path, ci: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_ELMO_SHARED": str(tmp_path / "absent"), "CI": ci,
-           "PYTHONPATH": str(TESTS_DIR.parent)}
-    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider",
-               f"{TESTS_DIR / 'test_modeling_elmo.py'}::test_parity_first_batch_without_state"]
+    env = {**os.environ, "HF_ELMO_SHARED": str(tmp_path / "absent"), "CI": ci, "PYTHONPATH": str(TESTS_DIR.parent)}
+    command = [
+        sys.executable,
+        "-m",
+        "pytest",
+        "-q",
+        "-rs",
+        "-p",
+        "no:cacheprovider",
+        f"{TESTS_DIR / 'test_modeling_elmo.py'}::test_parity_first_batch_without_state",
+    ]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=TESTS_DIR.parent)
 
 

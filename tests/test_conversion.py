@@ -7,11 +7,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import random_original_arrays, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.conversion import ElmoConversionError, convert, export, load_original, resolve_file
-
-from conftest import random_original_arrays, tiny_config, write_original_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -19,8 +18,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def read_all(path) -> dict[str, np.ndarray]:
     arrays = {}
     with h5py.File(path, "r") as handle:
-        handle.visititems(lambda name, item: arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset)
-                          else None)
+        handle.visititems(
+            lambda name, item: arrays.__setitem__(name, item[()]) if isinstance(item, h5py.Dataset) else None
+        )
     return arrays
 
 
@@ -32,14 +32,20 @@ def assert_same_bits(first: dict, second: dict):
 
 
 def run_script(name, *args):
-    return subprocess.run([sys.executable, str(ROOT / "conversion" / name), *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, str(ROOT / "conversion" / name), *map(str, args)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_converted_folder_loads_and_matches(fixture_dir, fixture_model, tmp_path):
     output = convert(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", tmp_path / "elmo")
-    assert {p.name for p in output.iterdir()} >= {"README.md", "config.json", "model.safetensors",
-                                                  "tokenizer_config.json", "modeling_elmo.py"}
+    assert {p.name for p in output.iterdir()} >= {
+        "README.md",
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "modeling_elmo.py",
+    }
     model = ElmoModel.from_pretrained(output).eval()
     tokenizer = ElmoTokenizer.from_pretrained(output)
     batch = tokenizer(["The cat sat .", "A dog"], padding=True, return_tensors="pt")
@@ -51,8 +57,15 @@ def test_converted_folder_loads_and_matches(fixture_dir, fixture_model, tmp_path
 
 
 def test_scripts_round_trip_the_fixture_bit_exact(fixture_dir, tmp_path):
-    converted = run_script("convert_allennlp_elmo.py", "--options-file", fixture_dir / "options.json",
-                           "--weight-file", fixture_dir / "lm_weights.hdf5", "--output-dir", tmp_path / "hf")
+    converted = run_script(
+        "convert_allennlp_elmo.py",
+        "--options-file",
+        fixture_dir / "options.json",
+        "--weight-file",
+        fixture_dir / "lm_weights.hdf5",
+        "--output-dir",
+        tmp_path / "hf",
+    )
     assert converted.returncode == 0, converted.stderr
     exported = run_script("export_allennlp_elmo.py", "--model-dir", tmp_path / "hf", "--output-dir", tmp_path / "tf")
     assert exported.returncode == 0, exported.stderr
@@ -63,8 +76,14 @@ def test_scripts_round_trip_the_fixture_bit_exact(fixture_dir, tmp_path):
 
 @pytest.mark.parametrize(
     "overrides",
-    [dict(use_skip_connections=False), dict(activation="tanh", n_highway=0), dict(max_characters_per_token=30),
-     dict(n_characters=261), dict(filters=[[1, 4], [2, 4]], projection_dim=8), dict(projection_dim=16, cell_dim=16)],
+    [
+        dict(use_skip_connections=False),
+        dict(activation="tanh", n_highway=0),
+        dict(max_characters_per_token=30),
+        dict(n_characters=261),
+        dict(filters=[[1, 4], [2, 4]], projection_dim=8),
+        dict(projection_dim=16, cell_dim=16),
+    ],
     ids=lambda overrides: ",".join(f"{k}={v}" for k, v in overrides.items()),
 )
 def test_random_checkpoints_round_trip_bit_exact(overrides, tmp_path):
@@ -147,8 +166,15 @@ def test_unreachable_url_gives_a_clear_error(tmp_path):
 
 
 def test_script_reports_errors_without_traceback(tmp_path):
-    result = run_script("convert_allennlp_elmo.py", "--options-file", tmp_path / "nope.json", "--weight-file",
-                        tmp_path / "nope.hdf5", "--output-dir", tmp_path / "out")
+    result = run_script(
+        "convert_allennlp_elmo.py",
+        "--options-file",
+        tmp_path / "nope.json",
+        "--weight-file",
+        tmp_path / "nope.hdf5",
+        "--output-dir",
+        tmp_path / "out",
+    )
     assert result.returncode == 1
     assert result.stderr.startswith("convert_allennlp_elmo.py: error: no such file")
     assert "Traceback" not in result.stderr

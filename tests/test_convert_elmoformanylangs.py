@@ -20,6 +20,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE
 from elmoformanylangs import Embedder
 from elmoformanylangs.frontend import Model
 from elmoformanylangs.modules.embedding_layer import EmbeddingLayer
@@ -30,8 +31,6 @@ from hf_elmo.cli import main as cli_main
 from hf_elmo.conversion import ElmoConversionError, export
 from hf_elmo.conversion_elmoformanylangs import convert_elmoformanylangs, read_dic
 from hf_elmo.modeling_elmo import word_positions
-
-from conftest import FLOAT32_TOLERANCE
 
 logging.getLogger("elmoformanylangs").setLevel(logging.WARNING)
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,8 +55,15 @@ SENTENCES = [
 def release_settings(word_dim: int, filters: list) -> dict:
     return {
         "encoder": {"name": "elmo", "projection_dim": 6, "cell_clip": 3, "proj_clip": 3, "dim": 10, "n_layers": 2},
-        "token_embedder": {"name": "cnn", "activation": "relu", "filters": filters, "n_highway": 2,
-                           "word_dim": word_dim, "char_dim": 4, "max_characters_per_token": MAX_CHARACTERS},
+        "token_embedder": {
+            "name": "cnn",
+            "activation": "relu",
+            "filters": filters,
+            "n_highway": 2,
+            "word_dim": word_dim,
+            "char_dim": 4,
+            "max_characters_per_token": MAX_CHARACTERS,
+        },
         "classifier": {"name": "sampled_softmax", "n_samples": 10},
         "dropout": 0.1,
     }
@@ -83,8 +89,10 @@ def build_release(folder: Path, word_dim: int, filters: list, seed: int, setting
         settings = release_settings(word_dim, filters)
         (folder / settings_name).write_text(json.dumps(settings), encoding="utf-8")
     word_dim = settings["token_embedder"]["word_dim"]
-    (folder / "config.json").write_text(json.dumps({"config_path": f"/home/someone/elmo/configs/{settings_name}",
-                                                    "model": "output/tiny"}), encoding="utf-8")
+    (folder / "config.json").write_text(
+        json.dumps({"config_path": f"/home/someone/elmo/configs/{settings_name}", "model": "output/tiny"}),
+        encoding="utf-8",
+    )
     write_dic(folder / "char.dic", CHARACTERS + CHAR_MARKERS)
     write_dic(folder / "word.dic", WORDS)
     char_lexicon = {("\u3000" if c == "\xa0" else c): i for i, c in enumerate(CHARACTERS + CHAR_MARKERS)}
@@ -126,7 +134,7 @@ def our_layers(model, tokenizer, sentences, initial_state=None):
     with torch.no_grad():
         output = model(**batch, output_hidden_states=True, initial_state=initial_state, return_final_state=True)
     stacked = torch.stack(output.hidden_states, dim=1).numpy()
-    return [stacked[row, :, 1:len(words) + 1] for row, words in enumerate(sentences)], output.final_state
+    return [stacked[row, :, 1 : len(words) + 1] for row, words in enumerate(sentences)], output.final_state
 
 
 def assert_same_layers(ours, theirs) -> float:
@@ -145,8 +153,10 @@ def test_all_layers_equal_their_embedder(release, implementation):
     model = ElmoModel.from_pretrained(converted, recurrence_implementation=implementation).eval()
     ours, _ = our_layers(model, ElmoTokenizer.from_pretrained(converted), SENTENCES)
     worst = assert_same_layers(ours, their_layers(folder, SENTENCES))
-    print(f"\nparity with ELMoForManyLangs ({converted.parent.name}, {implementation}), all layers: "
-          f"max |diff| = {worst:.2e}")
+    print(
+        f"\nparity with ELMoForManyLangs ({converted.parent.name}, {implementation}), all layers: "
+        f"max |diff| = {worst:.2e}"
+    )
 
 
 @pytest.mark.slow
@@ -157,8 +167,10 @@ def test_all_layers_equal_their_embedder_at_the_released_shapes(tmp_path):
 
     folder = build_release(tmp_path / "release", 0, [], seed=0, settings=STANDARD_SETTINGS)
     convert_elmoformanylangs(folder, tmp_path / "converted")
-    model, tokenizer = ElmoModel.from_pretrained(tmp_path / "converted").eval(), ElmoTokenizer.from_pretrained(
-        tmp_path / "converted")
+    model, tokenizer = (
+        ElmoModel.from_pretrained(tmp_path / "converted").eval(),
+        ElmoTokenizer.from_pretrained(tmp_path / "converted"),
+    )
     ours, _ = our_layers(model, tokenizer, SENTENCES)
     worst = assert_same_layers(ours, their_layers(folder, SENTENCES))
     print(f"\nparity with ELMoForManyLangs at the released shapes, all layers: max |diff| = {worst:.2e}")
@@ -204,8 +216,9 @@ def test_rows_start_with_the_id_named_eow(release):
     tokenizer = ElmoTokenizer.from_pretrained(converted)
     lexicon = read_dic(converted.parent / "release" / "char.dic")
     row = tokenizer(["ab"], is_split_into_words=True)["input_ids"][1]
-    assert [i - 1 for i in row] == [lexicon["<eow>"], lexicon["a"], lexicon["b"], lexicon["<bow>"]] + \
-        [lexicon["<pad>"]] * (MAX_CHARACTERS - 4)
+    assert [i - 1 for i in row] == [lexicon["<eow>"], lexicon["a"], lexicon["b"], lexicon["<bow>"]] + [
+        lexicon["<pad>"]
+    ] * (MAX_CHARACTERS - 4)
 
 
 def test_word_ids_are_the_exact_case_of_the_cut_word(release):
@@ -260,11 +273,12 @@ def test_auto_classes_and_remote_code_load_the_folder(release, tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules")}
     env.pop("PYTHONPATH", None)
     arguments = [str(converted), json.dumps(SENTENCES), str(tmp_path / "o.pt")]
-    result = subprocess.run([sys.executable, "-c", script, *arguments],
-                            env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    result = subprocess.run(
+        [sys.executable, "-c", script, *arguments], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     stacked = torch.load(tmp_path / "o.pt").numpy()
-    assert_same_layers([stacked[row, :, 1:len(words) + 1] for row, words in enumerate(SENTENCES)], theirs)
+    assert_same_layers([stacked[row, :, 1 : len(words) + 1] for row, words in enumerate(SENTENCES)], theirs)
 
 
 def test_hf_elmo_embed_on_a_converted_folder(release, tmp_path):
@@ -274,8 +288,23 @@ def test_hf_elmo_embed_on_a_converted_folder(release, tmp_path):
     for extra in ([], ["--max-words", "2"]):  # batched, and long lines in windows with the state carried
         output = tmp_path / f"out{len(extra)}.h5"
         env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-        result = subprocess.run([sys.executable, "-m", "hf_elmo.cli", "embed", str(converted), str(tmp_path / "in.txt"),
-                                 str(output), "--all", *extra], capture_output=True, text=True, env=env, timeout=300)
+        result = subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "hf_elmo.cli",
+                "embed",
+                str(converted),
+                str(tmp_path / "in.txt"),
+                str(output),
+                "--all",
+                *extra,
+            ],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+        )
         assert result.returncode == 0, result.stderr
         with h5py.File(output, "r") as handle:
             ours = [handle[str(i)][()] for i in range(len(lines))]
@@ -291,12 +320,24 @@ def test_export_to_bilm_tf_is_refused(release, tmp_path):
 
 def test_cli_converts_with_format_elmoformanylangs(release, tmp_path, capsys):
     folder, converted = release
-    assert cli_main(["convert", "--format", "elmoformanylangs", "--model-dir", str(folder),
-                     "--output-dir", str(tmp_path / "out")]) == 0
+    assert (
+        cli_main(
+            [
+                "convert",
+                "--format",
+                "elmoformanylangs",
+                "--model-dir",
+                str(folder),
+                "--output-dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 0
+    )
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == (converted / "model.safetensors").read_bytes()
 
 
-# -- bad input: one line each, no folder left behind ---------------------------------------------------------------
+# -- bad input: one line each, no folder left behind ------------------------------------------------------------------
 
 
 def broken(tmp_path: Path, change) -> Path:
@@ -316,19 +357,34 @@ def char_lstm(folder: Path):
     (folder / "tiny_settings.json").write_text(json.dumps(settings))
 
 
-@pytest.mark.parametrize("change, message", [
-    (lambda folder: (folder / "encoder.pkl").unlink(), "lacks encoder.pkl"),
-    (add_char, r"char.dic reads as 19 entries but token_embedder.pkl's char_emb_layer has 18 rows"),
-    (char_lstm, "only the character CNN"),
-    (lambda folder: (folder / "encoder.pkl").write_bytes(b"not a pickle"), "not a loadable PyTorch state dict"),
-])
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        (lambda folder: (folder / "encoder.pkl").unlink(), "lacks encoder.pkl"),
+        (add_char, r"char.dic reads as 19 entries but token_embedder.pkl's char_emb_layer has 18 rows"),
+        (char_lstm, "only the character CNN"),
+        (lambda folder: (folder / "encoder.pkl").write_bytes(b"not a pickle"), "not a loadable PyTorch state dict"),
+    ],
+)
 def test_bad_releases_fail_with_one_line_and_no_folder(tmp_path, capsys, change, message):
     folder = broken(tmp_path, change)
     with pytest.raises(ElmoConversionError, match=message):
         convert_elmoformanylangs(folder, tmp_path / "out")
     assert not (tmp_path / "out").exists()
-    assert cli_main(["convert", "--format", "elmoformanylangs", "--model-dir", str(folder),
-                     "--output-dir", str(tmp_path / "out")]) == 1
+    assert (
+        cli_main(
+            [
+                "convert",
+                "--format",
+                "elmoformanylangs",
+                "--model-dir",
+                str(folder),
+                "--output-dir",
+                str(tmp_path / "out"),
+            ]
+        )
+        == 1
+    )
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and error.startswith("hf-elmo: error:")
     assert not (tmp_path / "out").exists()
@@ -352,8 +408,9 @@ def test_heads_and_collators_read_the_word_inputs(release):
     _, converted = release
     tokenizer = ElmoTokenizer.from_pretrained(converted)
     base = ElmoModel.from_pretrained(converted).eval()
-    features = [dict(tokenizer(words, is_split_into_words=True), labels=[0] * (len(words) + 2))
-                for words in SENTENCES[:3]]
+    features = [
+        dict(tokenizer(words, is_split_into_words=True), labels=[0] * (len(words) + 2)) for words in SENTENCES[:3]
+    ]
     batch = DataCollatorForTokenClassification(tokenizer)(features)
     assert set(tokenizer.model_input_names) <= set(batch)
     inputs = {key: batch[key] for key in tokenizer.model_input_names}

@@ -11,11 +11,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE, tiny_config
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-
-from conftest import FLOAT32_TOLERANCE, tiny_config
 
 pytest.importorskip("datasets")
 pytest.importorskip("seqeval")
@@ -37,10 +36,27 @@ def base_model(tmp_path_factory) -> Path:
 
 
 def run_example(script: str, arguments: list, tmp_path: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": "",
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "datasets-cache")}
-    command = [sys.executable, str(ROOT / "examples" / script), *map(str, arguments), "--report_to", "none",
-               "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0"]
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(tmp_path / "datasets-cache"),
+    }
+    command = [
+        sys.executable,
+        str(ROOT / "examples" / script),
+        *map(str, arguments),
+        "--report_to",
+        "none",
+        "--save_strategy",
+        "no",
+        "--disable_tqdm",
+        "true",
+        "--seed",
+        "0",
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     return result
@@ -93,12 +109,35 @@ def test_run_classification(base_model, tmp_path):
     write_sentences(tmp_path / "validation.csv", 16, seed=1)
     test_rows = write_sentences(tmp_path / "test.csv", 16, seed=2)
     output_dir = tmp_path / "classifier"
-    result = run_example("run_classification.py", [
-        "--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv",
-        "--validation_file", tmp_path / "validation.csv", "--test_file", tmp_path / "test.csv",
-        "--do_train", "--do_eval", "--do_predict",
-        "--output_dir", output_dir, "--max_steps", "4", "--per_device_train_batch_size", "8",
-        "--learning_rate", "0.05", "--task_lstm_dim", "4", "--pooling", "mean_max"], tmp_path)
+    result = run_example(
+        "run_classification.py",
+        [
+            "--model_name_or_path",
+            base_model,
+            "--train_file",
+            tmp_path / "train.csv",
+            "--validation_file",
+            tmp_path / "validation.csv",
+            "--test_file",
+            tmp_path / "test.csv",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--output_dir",
+            output_dir,
+            "--max_steps",
+            "4",
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "0.05",
+            "--task_lstm_dim",
+            "4",
+            "--pooling",
+            "mean_max",
+        ],
+        tmp_path,
+    )
 
     results = json.loads((output_dir / "all_results.json").read_text())
     for split in ("eval", "test"):
@@ -122,16 +161,30 @@ def test_run_classification(base_model, tmp_path):
     header = front_matter((output_dir / "README.md").read_text())
     assert {"library_name: hf_elmo", "pipeline_tag: text-classification", "license: apache-2.0"} <= set(header)
     assert not any(line.startswith("base_model:") for line in header)  # a temporary folder is not worth naming
-    assert f"| test | {results['test_accuracy']:.4f} | {results['test_macro_f1']:.4f} |" in (
-        output_dir / "README.md").read_text()
+    assert (
+        f"| test | {results['test_accuracy']:.4f} | {results['test_macro_f1']:.4f} |"
+        in (output_dir / "README.md").read_text()
+    )
 
     # The fine-tuned folder is itself a model to evaluate: same labels, same test figures (json lines, pairs absent).
     # Only --do_predict: the training file given beside it is not trained on.
     for name, rows in (("test", test_rows), ("train", train_rows)):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(row) + "\n" for row in rows), encoding="utf-8")
-    run_example("run_classification.py", ["--model_name_or_path", output_dir, "--test_file", tmp_path / "test.jsonl",
-                                          "--train_file", tmp_path / "train.jsonl", "--do_predict",
-                                          "--output_dir", tmp_path / "evaluation"], tmp_path)
+    run_example(
+        "run_classification.py",
+        [
+            "--model_name_or_path",
+            output_dir,
+            "--test_file",
+            tmp_path / "test.jsonl",
+            "--train_file",
+            tmp_path / "train.jsonl",
+            "--do_predict",
+            "--output_dir",
+            tmp_path / "evaluation",
+        ],
+        tmp_path,
+    )
     again = json.loads((tmp_path / "evaluation" / "all_results.json").read_text())
     assert "train_runtime" not in again and not (tmp_path / "evaluation" / "model.safetensors").exists()
     assert again["test_accuracy"] == pytest.approx(results["test_accuracy"])
@@ -148,11 +201,31 @@ def test_run_token_classification(base_model, tmp_path):
         writer.writerow(["tokens", "tags"])
         writer.writerows([" ".join(words), " ".join(tags)] for words, tags in test)
     output_dir = tmp_path / "tagger"
-    run_example("run_token_classification.py", [
-        "--model_name_or_path", base_model, "--train_file", tmp_path / "train.conll",
-        "--validation_file", tmp_path / "validation.json", "--test_file", tmp_path / "test.csv",
-        "--do_train", "--do_eval", "--do_predict", "--output_dir", output_dir, "--max_steps", "4",
-        "--per_device_train_batch_size", "8", "--learning_rate", "0.05"], tmp_path)
+    run_example(
+        "run_token_classification.py",
+        [
+            "--model_name_or_path",
+            base_model,
+            "--train_file",
+            tmp_path / "train.conll",
+            "--validation_file",
+            tmp_path / "validation.json",
+            "--test_file",
+            tmp_path / "test.csv",
+            "--do_train",
+            "--do_eval",
+            "--do_predict",
+            "--output_dir",
+            output_dir,
+            "--max_steps",
+            "4",
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "0.05",
+        ],
+        tmp_path,
+    )
 
     results = json.loads((output_dir / "all_results.json").read_text())
     for split in ("eval", "test"):
@@ -164,11 +237,15 @@ def test_run_token_classification(base_model, tmp_path):
     assert set(model.config.label2id) == {"O", "B-LOC", "B-PER"} and model.config.id2label[0] == "O"
     encoding = tokenizer([words for words, _ in test], is_split_into_words=True, padding=True, return_tensors="pt")
     predicted = [[tag for tag, _ in sentence] for sentence in model.predict_word_labels(encoding)]
-    written = [[line.split()[1] for line in block.splitlines()]
-               for block in (output_dir / "test_predictions.conll").read_text().strip().split("\n\n")]
+    written = [
+        [line.split()[1] for line in block.splitlines()]
+        for block in (output_dir / "test_predictions.conll").read_text().strip().split("\n\n")
+    ]
     assert predicted == written
-    words_written = [[line.split()[0] for line in block.splitlines()]
-                     for block in (output_dir / "test_predictions.conll").read_text().strip().split("\n\n")]
+    words_written = [
+        [line.split()[0] for line in block.splitlines()]
+        for block in (output_dir / "test_predictions.conll").read_text().strip().split("\n\n")
+    ]
     assert words_written == [words for words, _ in test]
     gold = [tag for _, tags in test for tag in tags]
     flat = [tag for sentence in predicted for tag in sentence]
@@ -194,8 +271,18 @@ def test_prepare_nsmc_splits_by_movie_and_nests_the_training_sizes(tmp_path):
             handle.write(f"m{review % 40}\treview {review} of m{review % 40}\t{rng.randint(1, 10)}\n")
     arguments = ["--input", str(raw), "--validation-size", "20", "--test-size", "20", "--train-size", "30"]
     plain = prepare_nsmc.main([*arguments, "--output-dir", str(tmp_path / "plain")])
-    nested = prepare_nsmc.main([*arguments, "--output-dir", str(tmp_path / "nested"), "--extra-train-sizes", "60",
-                                "0", "--pretrain-size", "0"])
+    nested = prepare_nsmc.main(
+        [
+            *arguments,
+            "--output-dir",
+            str(tmp_path / "nested"),
+            "--extra-train-sizes",
+            "60",
+            "0",
+            "--pretrain-size",
+            "0",
+        ]
+    )
 
     def rows(folder, name):
         with open(tmp_path / folder / name, newline="", encoding="utf-8") as handle:
@@ -207,8 +294,10 @@ def test_prepare_nsmc_splits_by_movie_and_nests_the_training_sizes(tmp_path):
     assert len(everything) == plain["labelled"]["train"]["available"]
     assert rows("nested", "train_60.csv") == everything[:60] and rows("plain", "train.csv") == everything[:30]
     assert nested["pretrain_train"]["written"] == nested["pretrain_train"]["available"]
-    movie = {split: {text.rsplit(" ", 1)[-1] for text, _ in rows("nested", f"{split}.csv")}
-             for split in ("train_all", "validation", "test")}
+    movie = {
+        split: {text.rsplit(" ", 1)[-1] for text, _ in rows("nested", f"{split}.csv")}
+        for split in ("train_all", "validation", "test")
+    }
     assert not movie["train_all"] & movie["test"] and not movie["train_all"] & movie["validation"]
 
 
@@ -227,8 +316,18 @@ def test_nsmc_frozen_features_probe(base_model, tmp_path):
             writer = csv.DictWriter(handle, fieldnames=["text", "label"])
             writer.writeheader()
             writer.writerows({"text": row["text"], "label": int(row["label"] == "pos")} for row in rows)
-    results = frozen_features.main(["--model", str(base_model), "--data-dir", str(tmp_path),
-                                    "--output-dir", str(tmp_path / "probe"), "--batch-size", "7"])
+    results = frozen_features.main(
+        [
+            "--model",
+            str(base_model),
+            "--data-dir",
+            str(tmp_path),
+            "--output-dir",
+            str(tmp_path / "probe"),
+            "--batch-size",
+            "7",
+        ]
+    )
     config = ElmoModel.from_pretrained(base_model).config
     assert results["features"] == (config.n_layers + 1) * 2 * config.projection_dim
     assert results["train_reviews"] == 60 and 0.0 <= results["test_accuracy"] <= 1.0

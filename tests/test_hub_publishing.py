@@ -5,9 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-from huggingface_hub import HfApi
-
 from conftest import tiny_config, write_original_checkpoint
+from huggingface_hub import HfApi
 
 SCRIPT = Path(__file__).resolve().parents[1] / "conversion" / "convert_allennlp_elmo.py"
 
@@ -39,14 +38,33 @@ def test_converter_push_to_hub_uploads_a_complete_folder(tmp_path, recorded_hub)
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config(), seed=1)
-    code = script.main(["--options-file", str(options), "--weight-file", str(weights),
-                        "--output-dir", str(tmp_path / "out"), "--push-to-hub", "someone/elmo-tiny"])
+    code = script.main(
+        [
+            "--options-file",
+            str(options),
+            "--weight-file",
+            str(weights),
+            "--output-dir",
+            str(tmp_path / "out"),
+            "--push-to-hub",
+            "someone/elmo-tiny",
+        ]
+    )
     assert code == 0
-    assert [call[:2] for call in recorded_hub] == [("create_repo", "someone/elmo-tiny"),
-                                                   ("upload_folder", "someone/elmo-tiny")]
+    assert [call[:2] for call in recorded_hub] == [
+        ("create_repo", "someone/elmo-tiny"),
+        ("upload_folder", "someone/elmo-tiny"),
+    ]
     files = recorded_hub[1][2]
-    for name in ("config.json", "model.safetensors", "tokenizer_config.json", "README.md", "modeling_elmo.py",
-                 "configuration_elmo.py", "tokenization_elmo.py"):
+    for name in (
+        "config.json",
+        "model.safetensors",
+        "tokenizer_config.json",
+        "README.md",
+        "modeling_elmo.py",
+        "configuration_elmo.py",
+        "tokenization_elmo.py",
+    ):
         assert name in files, name
     assert "AutoModel" in json.loads(files["config.json"])["auto_map"]
     card = files["README.md"].decode()
@@ -58,8 +76,12 @@ def test_converter_without_push_makes_no_hub_call(tmp_path, recorded_hub):
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config(), seed=1)
-    assert script.main(["--options-file", str(options), "--weight-file", str(weights),
-                        "--output-dir", str(tmp_path / "out")]) == 0
+    assert (
+        script.main(
+            ["--options-file", str(options), "--weight-file", str(weights), "--output-dir", str(tmp_path / "out")]
+        )
+        == 0
+    )
     assert recorded_hub == []
 
 

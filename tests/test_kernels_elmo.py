@@ -9,12 +9,11 @@ import json
 
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
 from hf_elmo import ElmoModel, kernels_elmo
 from hf_elmo.kernels_elmo import ElmoLstmLayerFunction, gate_chunks, lstm_layer_with_handwritten_backward
 from hf_elmo.modeling_elmo import ElmoBiLm, ElmoLstmLayer, lstm_layer_reference
-
-from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
 
 def random_batch(config, lengths, seed=0):
@@ -41,8 +40,13 @@ def use_kernels(config, fast, monkeypatch):
 def run_model(model, input_ids, mask, fast, monkeypatch, initial_state=None):
     use_kernels(model.config, fast, monkeypatch)
     with torch.inference_mode():
-        return model(input_ids, attention_mask=mask, initial_state=initial_state, return_final_state=True,
-                     output_hidden_states=True)
+        return model(
+            input_ids,
+            attention_mask=mask,
+            initial_state=initial_state,
+            return_final_state=True,
+            output_hidden_states=True,
+        )
 
 
 def assert_close(fast, exact):
@@ -127,8 +131,9 @@ def test_fast_recurrence_on_a_long_sentence_with_state_carried_across_windows(mo
     state = {True: None, False: None}
     for window in range(0, 300, 100):
         window_ids, window_mask = input_ids[:, window : window + 100], mask[:, window : window + 100]
-        outputs = {fast: run_model(model, window_ids, window_mask, fast, monkeypatch, state[fast])
-                   for fast in (True, False)}
+        outputs = {
+            fast: run_model(model, window_ids, window_mask, fast, monkeypatch, state[fast]) for fast in (True, False)
+        }
         assert_outputs_match(outputs[True], outputs[False])
         state = {fast: output.final_state for fast, output in outputs.items()}
     whole = {fast: run_model(model, input_ids, mask, fast, monkeypatch) for fast in (True, False)}
@@ -221,8 +226,7 @@ def bilm_results_and_gradients(bilm, mask, tokens, hidden, memory, fast, monkeyp
     layer_outputs, final_hidden, final_memory = bilm(tokens, mask, hidden, memory)
     results = [*layer_outputs, final_hidden, final_memory]
     generator = torch.Generator().manual_seed(2)
-    loss = sum((result * torch.randn(result.shape, generator=generator).to(result.dtype)).sum()
-               for result in results)
+    loss = sum((result * torch.randn(result.shape, generator=generator).to(result.dtype)).sum() for result in results)
     leaves = {"tokens": tokens, "hidden": hidden, "memory": memory, **dict(bilm.named_parameters())}
     gradients = torch.autograd.grad(loss, list(leaves.values()))
     return [result.detach() for result in results], dict(zip(leaves, gradients))
@@ -237,8 +241,13 @@ def assert_gradients_match(handwritten, reference, atol, rtol):
     assert handwritten.keys() == reference.keys()
     for name in reference:
         scale = max(reference[name].abs().max().item(), 1.0)
-        torch.testing.assert_close(handwritten[name], reference[name], atol=atol * scale, rtol=rtol,
-                                   msg=lambda message, name=name: f"{name}: {message}")
+        torch.testing.assert_close(
+            handwritten[name],
+            reference[name],
+            atol=atol * scale,
+            rtol=rtol,
+            msg=lambda message, name=name: f"{name}: {message}",
+        )
 
 
 @pytest.mark.parametrize(
@@ -253,8 +262,9 @@ def assert_gradients_match(handwritten, reference, atol, rtol):
 )
 @pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2], [6, 0, 3]], ids=["batch1", "padded", "empty-row"])
 @pytest.mark.parametrize("initial_state", ["zeros", "random"])
-def test_handwritten_backward_matches_autograd_through_reference(config_overrides, scale, lengths, initial_state,
-                                                                  monkeypatch):
+def test_handwritten_backward_matches_autograd_through_reference(
+    config_overrides, scale, lengths, initial_state, monkeypatch
+):
     config = tiny_config(**config_overrides)
     bilm = bilm_with_weights_of_scale(config, scale)
     leaves = bilm_leaves(config, lengths, initial_state)
@@ -289,9 +299,11 @@ def test_handwritten_backward_passes_gradcheck(projected):
     config = tiny_config(projection_dim=3 if projected else 4, cell_dim=4, cell_clip=1.0, proj_clip=0.5)
     layer = ElmoLstmLayer(config).double()
     generator = torch.Generator().manual_seed(0)
-    parameters = [torch.randn(p.shape, generator=generator, dtype=torch.float64).requires_grad_()
-                  for p in (layer.input_kernel, layer.recurrent_kernel, layer.bias, layer.projection_kernel)
-                  if p is not None]
+    parameters = [
+        torch.randn(p.shape, generator=generator, dtype=torch.float64).requires_grad_()
+        for p in (layer.input_kernel, layer.recurrent_kernel, layer.bias, layer.projection_kernel)
+        if p is not None
+    ]
     input_dim, recurrent_dim = layer.input_kernel.shape[0], layer.recurrent_kernel.shape[0]
     inputs = torch.randn(3, 5, input_dim, generator=generator, dtype=torch.float64).requires_grad_()
     hidden = torch.randn(3, recurrent_dim, generator=generator, dtype=torch.float64).requires_grad_()
@@ -300,8 +312,17 @@ def test_handwritten_backward_passes_gradcheck(projected):
 
     def layer_function(inputs, hidden, memory, *parameters):
         projection_kernel = parameters[3] if projected else None
-        return ElmoLstmLayerFunction.apply(inputs, mask, hidden, memory, *parameters[:3], projection_kernel,
-                                           layer.cell_clip, layer.proj_clip, config.forget_bias)
+        return ElmoLstmLayerFunction.apply(
+            inputs,
+            mask,
+            hidden,
+            memory,
+            *parameters[:3],
+            projection_kernel,
+            layer.cell_clip,
+            layer.proj_clip,
+            config.forget_bias,
+        )
 
     outputs, _, final_memory = layer_function(inputs, hidden, memory, *parameters)
     assert (final_memory.abs() == config.cell_clip).any()
@@ -341,8 +362,9 @@ def test_handwritten_backward_passes_the_gradient_at_a_clip_boundary(clip):
         parameters = dict(layer.named_parameters())
         loss = outputs.sum() + final_memory.sum()
         gradients[run.__name__] = dict(zip(parameters, torch.autograd.grad(loss, list(parameters.values()))))
-    assert_gradients_match(gradients["lstm_layer_with_handwritten_backward"], gradients["lstm_layer_reference"],
-                           **GRADIENT_TOLERANCE)
+    assert_gradients_match(
+        gradients["lstm_layer_with_handwritten_backward"], gradients["lstm_layer_reference"], **GRADIENT_TOLERANCE
+    )
 
 
 @pytest.mark.parametrize("frozen", [None, "char_encoder", "bilm"])
@@ -369,8 +391,9 @@ def test_handwritten_backward_through_the_whole_model(frozen, monkeypatch):
         leaves = {"hidden": hidden, "memory": memory, **trained}
         results[fast] = output, dict(zip(leaves, torch.autograd.grad(loss, list(leaves.values()))))
     (fast, fast_gradients), (exact, exact_gradients) = results[True], results[False]
-    for fast_result, exact_result in zip((fast.last_hidden_state, *fast.final_state),
-                                         (exact.last_hidden_state, *exact.final_state)):
+    for fast_result, exact_result in zip(
+        (fast.last_hidden_state, *fast.final_state), (exact.last_hidden_state, *exact.final_state)
+    ):
         assert_close(fast_result.detach(), exact_result.detach())
     assert_gradients_match(fast_gradients, exact_gradients, **GRADIENT_TOLERANCE)
 
@@ -444,8 +467,9 @@ def test_fast_recurrence_on_fixture_checkpoint(fixture_model, fixture_sentences,
     from hf_elmo import ElmoTokenizer
 
     tokenizer = ElmoTokenizer(max_characters_per_token=fixture_model.config.max_characters_per_token)
-    encoded = tokenizer([s.split() for s in fixture_sentences[0]], is_split_into_words=True, padding=True,
-                        return_tensors="pt")
+    encoded = tokenizer(
+        [s.split() for s in fixture_sentences[0]], is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     exact = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], False, monkeypatch)
     fast = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], True, monkeypatch)
     assert_outputs_match(fast, exact)
@@ -493,8 +517,9 @@ def test_int8_products_stay_within_the_offered_cosine(fixture_model, fixture_sen
     from hf_elmo import ElmoTokenizer
 
     tokenizer = ElmoTokenizer(max_characters_per_token=fixture_model.config.max_characters_per_token)
-    encoded = tokenizer([s.split() for s in fixture_sentences[0]], is_split_into_words=True, padding=True,
-                        return_tensors="pt")
+    encoded = tokenizer(
+        [s.split() for s in fixture_sentences[0]], is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     exact = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], False, monkeypatch)
     monkeypatch.setattr(fixture_model.config, "cpu_matmul", "int8")
     quantized = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], True, monkeypatch)

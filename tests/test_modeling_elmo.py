@@ -4,11 +4,10 @@ import h5py
 import numpy as np
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.modeling_elmo import reverse_valid_steps
-
-from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
 
 def fixture_batches(fixture_sentences):
@@ -24,8 +23,10 @@ def reference_top_layer(fixture_dir, k, i):
 
 def max_diff_to_reference(fixture_dir, top_layer, batch, i) -> float:
     """Largest |diff| between our top layer (boundaries included) and bilm-tf's for batch i, over valid words."""
-    return max(float(np.abs(top_layer[k, 1 : len(words) + 1].numpy() - reference_top_layer(fixture_dir, k, i)).max())
-               for k, words in enumerate(batch))
+    return max(
+        float(np.abs(top_layer[k, 1 : len(words) + 1].numpy() - reference_top_layer(fixture_dir, k, i)).max())
+        for k, words in enumerate(batch)
+    )
 
 
 def test_parity_with_tensorflow_with_state_carried(fixture_dir, fixture_model, fixture_sentences):
@@ -76,8 +77,9 @@ def test_character_encoder_matches_tensorflow(fixture_dir, fixture_model):
 
 def test_embed_words_encodes_each_distinct_word_once_with_the_same_result(fixture_model):
     tokenizer = ElmoTokenizer()
-    batch = tokenizer([["the", "cat", "the", "dog"], ["dog", "the"]], is_split_into_words=True, padding=True,
-                      return_tensors="pt")
+    batch = tokenizer(
+        [["the", "cat", "the", "dog"], ["dog", "the"]], is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     mask = batch["attention_mask"].bool()
     with torch.no_grad():
         fast = fixture_model.embed_words(batch["input_ids"], mask)
@@ -88,8 +90,9 @@ def test_embed_words_encodes_each_distinct_word_once_with_the_same_result(fixtur
 
 def lstm_equivalent(layer) -> torch.nn.LSTM:
     """`torch.nn.LSTM` with the weights of an unclipped `ElmoLstmLayer` (same i, f, g, o gate order)."""
-    lstm = torch.nn.LSTM(layer.input_kernel.shape[0], layer.cell_dim, batch_first=True,
-                         proj_size=layer.projection_kernel.shape[1])
+    lstm = torch.nn.LSTM(
+        layer.input_kernel.shape[0], layer.cell_dim, batch_first=True, proj_size=layer.projection_kernel.shape[1]
+    )
     with torch.no_grad():  # nn.LSTM keeps its weights as (out, in)
         lstm.weight_ih_l0.copy_(layer.input_kernel.t())
         lstm.weight_hh_l0.copy_(layer.recurrent_kernel.t())
@@ -109,8 +112,13 @@ def test_unclipped_bilm_equals_two_torch_lstm_stacks(forget_bias, recurrence_imp
     bias holds `config.forget_bias`; under autograd too (the hand-written backward's forward).
     """
     torch.manual_seed(1)
-    config = tiny_config(cell_clip=None, proj_clip=None, use_skip_connections=False, forget_bias=forget_bias,
-                         recurrence_implementation=recurrence_implementation)
+    config = tiny_config(
+        cell_clip=None,
+        proj_clip=None,
+        use_skip_connections=False,
+        forget_bias=forget_bias,
+        recurrence_implementation=recurrence_implementation,
+    )
     model = ElmoModel(config).eval()
     tokenizer = ElmoTokenizer(max_characters_per_token=20)
     words = ["Deep", "contextualized", "word", "representations", "."]
@@ -126,8 +134,9 @@ def test_unclipped_bilm_equals_two_torch_lstm_stacks(forget_bias, recurrence_imp
             backward = lstm_equivalent(model.bilm.backward_layers[index])(backward)[0]
             expected = torch.cat([forward, backward.flip(1)], dim=-1)
             for output in outputs:
-                torch.testing.assert_close(output.hidden_states[index + 1].detach(), expected, rtol=0,
-                                           atol=FLOAT32_TOLERANCE)
+                torch.testing.assert_close(
+                    output.hidden_states[index + 1].detach(), expected, rtol=0, atol=FLOAT32_TOLERANCE
+                )
 
 
 @pytest.fixture
@@ -159,14 +168,18 @@ def test_padding_and_batch_neighbours_change_nothing(tiny_model, tiny_tokenizer,
     with torch.no_grad():
         together = tiny_model(**batch, output_hidden_states=True, return_final_state=True)
         for row, words in enumerate(sentences):
-            alone = tiny_model(**tiny_tokenizer([words], is_split_into_words=True, return_tensors="pt"),
-                               output_hidden_states=True, return_final_state=True)
+            alone = tiny_model(
+                **tiny_tokenizer([words], is_split_into_words=True, return_tensors="pt"),
+                output_hidden_states=True,
+                return_final_state=True,
+            )
             n = len(words) + 2
             for layer_together, layer_alone in zip(together.hidden_states, alone.hidden_states):
                 torch.testing.assert_close(layer_together[row, :n], layer_alone[0], rtol=0, atol=FLOAT32_TOLERANCE)
             for state_together, state_alone in zip(together.final_state, alone.final_state):
-                torch.testing.assert_close(state_together[:, :, row], state_alone[:, :, 0], rtol=0,
-                                           atol=FLOAT32_TOLERANCE)
+                torch.testing.assert_close(
+                    state_together[:, :, row], state_alone[:, :, 0], rtol=0, atol=FLOAT32_TOLERANCE
+                )
 
 
 def test_same_input_same_output(tiny_model, tiny_batch):
@@ -206,15 +219,22 @@ def test_batch_composition_changes_outputs_only_within_float32_rounding(fixture_
 def test_final_state_is_taken_at_each_rows_last_valid_position(tiny_model, tiny_tokenizer):
     """Feeding a sentence in two halves with the state carried equals feeding it whole (forward direction)."""
     words = ["one", "two", "three", "four", "five", "six"]
-    encode = lambda w: tiny_tokenizer([w], is_split_into_words=True, add_special_tokens=False, return_tensors="pt")
+
+    def encode(w):
+        return tiny_tokenizer([w], is_split_into_words=True, add_special_tokens=False, return_tensors="pt")
+
     half = 3
     with torch.no_grad():
         whole = tiny_model(**encode(words), return_final_state=True)
         first = tiny_model(**encode(words[:half]), return_final_state=True)
         second = tiny_model(**encode(words[half:]), initial_state=first.final_state, return_final_state=True)
     projection_dim = tiny_model.config.projection_dim
-    torch.testing.assert_close(second.last_hidden_state[0, :, :projection_dim],
-                               whole.last_hidden_state[0, half:, :projection_dim], rtol=0, atol=FLOAT32_TOLERANCE)
+    torch.testing.assert_close(
+        second.last_hidden_state[0, :, :projection_dim],
+        whole.last_hidden_state[0, half:, :projection_dim],
+        rtol=0,
+        atol=FLOAT32_TOLERANCE,
+    )
     torch.testing.assert_close(second.final_state[0][:, 0], whole.final_state[0][:, 0], rtol=0, atol=FLOAT32_TOLERANCE)
 
 
@@ -226,9 +246,16 @@ def test_reverse_valid_steps():
 
 @pytest.mark.parametrize(
     "overrides",
-    [dict(use_skip_connections=False), dict(activation="tanh"), dict(n_highway=0), dict(n_characters=261),
-     dict(max_characters_per_token=30), dict(projection_dim=16, cell_dim=16), dict(cell_clip=None, proj_clip=None),
-     dict(n_layers=3)],
+    [
+        dict(use_skip_connections=False),
+        dict(activation="tanh"),
+        dict(n_highway=0),
+        dict(n_characters=261),
+        dict(max_characters_per_token=30),
+        dict(projection_dim=16, cell_dim=16),
+        dict(cell_clip=None, proj_clip=None),
+        dict(n_layers=3),
+    ],
     ids=lambda overrides: ",".join(f"{k}={v}" for k, v in overrides.items()),
 )
 def test_other_shapes_run_and_respect_padding(overrides):
@@ -250,8 +277,9 @@ def test_clipping_bounds_the_outputs():
     with torch.no_grad():
         for layer in list(model.bilm.forward_layers) + list(model.bilm.backward_layers):
             layer.projection_kernel.mul_(100.0)
-    batch = ElmoTokenizer(max_characters_per_token=20)([["a", "b", "c"]], is_split_into_words=True,
-                                                        return_tensors="pt")
+    batch = ElmoTokenizer(max_characters_per_token=20)(
+        [["a", "b", "c"]], is_split_into_words=True, return_tensors="pt"
+    )
     with torch.no_grad():
         top = model(**batch).last_hidden_state
     assert top.abs().max() <= 0.05 + 1e-7 and top.abs().max() > 0.04
@@ -343,11 +371,13 @@ def test_windowed_hidden_states_equal_one_pass(skip_connections, mode, monkeypat
     torch.manual_seed(0)
     model = ElmoModel(tiny_config(n_layers=3, use_skip_connections=skip_connections)).eval()
     words = "the cat sat on the mat while a dog , far from the cat , barked at the moon".split() * 3
-    input_ids = ElmoTokenizer(max_characters_per_token=20)([words], is_split_into_words=True,
-                                                           return_tensors="pt")["input_ids"]
+    input_ids = ElmoTokenizer(max_characters_per_token=20)([words], is_split_into_words=True, return_tensors="pt")[
+        "input_ids"
+    ]
     positions = input_ids.shape[1]
-    windowed, one_pass = windowed_and_one_pass(model, input_ids, (1, 3, 8, positions, positions + 5), mode,
-                                               monkeypatch)
+    windowed, one_pass = windowed_and_one_pass(
+        model, input_ids, (1, 3, 8, positions, positions + 5), mode, monkeypatch
+    )
     for layers in windowed.values():
         assert len(layers) == 4
         for got, want in zip(layers, one_pass):

@@ -7,6 +7,7 @@ import json
 
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE, tiny_config
 
 from hf_elmo import (
     ElmoConfig,
@@ -18,8 +19,6 @@ from hf_elmo import (
     kernels_elmo,
 )
 
-from conftest import FLOAT32_TOLERANCE, tiny_config
-
 ALL_MODEL_CLASSES = (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForPreTraining)
 HEAD_CLASSES = (ElmoForSequenceClassification, ElmoForTokenClassification)
 
@@ -30,16 +29,22 @@ class ElmoModelTester:
     sentences = [["a", "short", "one"], ["a", "much", "longer", "sentence", "than", "the", "first"]]
 
     def __init__(self, **config_overrides):
-        self.config_overrides = {"num_labels": 3, "word_vocab_size": 11, "n_negative_samples": 4, "mix_dropout": 0.0,
-                                 **config_overrides}
+        self.config_overrides = {
+            "num_labels": 3,
+            "word_vocab_size": 11,
+            "n_negative_samples": 4,
+            "mix_dropout": 0.0,
+            **config_overrides,
+        }
         self.tokenizer = ElmoTokenizer(max_characters_per_token=20)
 
     def get_config(self, **overrides) -> ElmoConfig:
         return tiny_config(**{**self.config_overrides, **overrides})
 
     def prepare_inputs(self, sentences=None) -> dict[str, torch.Tensor]:
-        encoded = self.tokenizer(sentences or self.sentences, is_split_into_words=True, padding=True,
-                                 return_tensors="pt")
+        encoded = self.tokenizer(
+            sentences or self.sentences, is_split_into_words=True, padding=True, return_tensors="pt"
+        )
         return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
     def create_model(self, model_class, seed: int = 0, **overrides):
@@ -49,8 +54,10 @@ class ElmoModelTester:
     def main_output(self, model, **kwargs) -> torch.Tensor:
         """The first tensor of the model's output: top layer, logits, or (for pre-training) forward logits."""
         output = model(**self.prepare_inputs(), **kwargs)
-        return output.last_hidden_state if isinstance(model, ElmoModel) else (
-            output.forward_logits if isinstance(model, ElmoForPreTraining) else output.logits
+        return (
+            output.last_hidden_state
+            if isinstance(model, ElmoModel)
+            else (output.forward_logits if isinstance(model, ElmoForPreTraining) else output.logits)
         )
 
 
@@ -161,8 +168,9 @@ def test_pretraining_without_labels_returns_the_softmax_logits(tester):
     with torch.no_grad():
         with_labels = model(**inputs, labels=labels)
     assert with_labels.forward_logits is None
-    expected = torch.nn.functional.cross_entropy(output.forward_logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(),
-                                                 ignore_index=-100)
+    expected = torch.nn.functional.cross_entropy(
+        output.forward_logits[:, :-1].flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100
+    )
     assert abs(with_labels.forward_loss.item() - expected.item()) <= FLOAT32_TOLERANCE
 
 
@@ -244,8 +252,13 @@ def test_torch_export_of_a_head_with_a_task_bilstm_is_refused(tester):
 OFFLOAD_MAPS = {
     "backward-stack-on-disk": {"char_encoder": "cpu", "bilm.forward_layers": "cpu", "bilm.backward_layers": "disk"},
     "character-encoder-on-disk": {"char_encoder": "disk", "bilm": "cpu"},
-    "layers-alternating": {"char_encoder": "disk", "bilm.forward_layers.0": "disk", "bilm.forward_layers.1": "cpu",
-                           "bilm.backward_layers.0": "cpu", "bilm.backward_layers.1": "disk"},
+    "layers-alternating": {
+        "char_encoder": "disk",
+        "bilm.forward_layers.0": "disk",
+        "bilm.forward_layers.1": "cpu",
+        "bilm.backward_layers.0": "cpu",
+        "bilm.backward_layers.1": "disk",
+    },
 }
 
 
@@ -280,15 +293,17 @@ def test_disk_offload_gives_the_outputs_of_the_whole_model(tester, tmp_path, nam
     inputs = tester.prepare_inputs()
     with torch.no_grad():
         expected = model(**inputs, output_hidden_states=True, return_final_state=True)
-    offloaded = ElmoModel.from_pretrained(tmp_path / "model", device_map=OFFLOAD_MAPS[name],
-                                          offload_folder=tmp_path / "offload").eval()
+    offloaded = ElmoModel.from_pretrained(
+        tmp_path / "model", device_map=OFFLOAD_MAPS[name], offload_folder=tmp_path / "offload"
+    ).eval()
     assert any(parameter.device.type == "meta" for parameter in offloaded.parameters())
     calls = spy_on_dispatch(monkeypatch)
     with torch.no_grad():
         output = offloaded(**inputs, output_hidden_states=True, return_final_state=True)
     assert set(calls) == {"max_pooled_by_matmul", "lstm_layer_in_place"}  # the fast kernels, hooks and all
-    for got, want in zip((*output.hidden_states, *output.final_state),
-                         (*expected.hidden_states, *expected.final_state), strict=True):
+    for got, want in zip(
+        (*output.hidden_states, *output.final_state), (*expected.hidden_states, *expected.final_state), strict=True
+    ):
         assert max_difference(got, want) <= FLOAT32_TOLERANCE
     # Under autograd: the hand-written backward reads the loaded weights too.
     calls.clear()
@@ -303,10 +318,14 @@ def test_disk_offload_of_a_head(tester, tmp_path, model_class):
     model = tester.create_model(model_class)
     model.save_pretrained(tmp_path / "model")
     inputs = tester.prepare_inputs()
-    device_map = {**with_prefix(OFFLOAD_MAPS["layers-alternating"], "elmo."), "task_encoder": "disk",
-                  "classifier": "cpu"}
-    offloaded = model_class.from_pretrained(tmp_path / "model", device_map=device_map,
-                                            offload_folder=tmp_path / "offload").eval()
+    device_map = {
+        **with_prefix(OFFLOAD_MAPS["layers-alternating"], "elmo."),
+        "task_encoder": "disk",
+        "classifier": "cpu",
+    }
+    offloaded = model_class.from_pretrained(
+        tmp_path / "model", device_map=device_map, offload_folder=tmp_path / "offload"
+    ).eval()
     labels = head_labels(model_class)
     with torch.no_grad():
         expected, output = model(**inputs, labels=labels), offloaded(**inputs, labels=labels)
@@ -319,12 +338,14 @@ def test_device_map_auto_with_small_max_memory(tester, tmp_path):
     model = tester.create_model(ElmoForPreTraining)
     model.save_pretrained(tmp_path / "model")
     size = sum(parameter.numel() * parameter.element_size() for parameter in model.parameters())
-    offloaded = ElmoForPreTraining.from_pretrained(tmp_path / "model", device_map="auto",
-                                                   max_memory={"cpu": size // 3}, offload_folder=tmp_path / "offload")
+    offloaded = ElmoForPreTraining.from_pretrained(
+        tmp_path / "model", device_map="auto", max_memory={"cpu": size // 3}, offload_folder=tmp_path / "offload"
+    )
     offloaded.eval()
     assert "disk" in offloaded.hf_device_map.values()
-    no_split = tuple(name for name, module in model.named_modules()
-                     if type(module).__name__ in model._no_split_modules)
+    no_split = tuple(
+        name for name, module in model.named_modules() if type(module).__name__ in model._no_split_modules
+    )
     for placed in offloaded.hf_device_map:
         assert not any(placed.startswith(f"{name}.") for name in no_split), f"{placed} splits a no-split module"
     inputs = tester.prepare_inputs()
@@ -348,15 +369,22 @@ def test_no_split_modules_name_module_classes():
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_class, task_type", [(ElmoForSequenceClassification, "SEQ_CLS"),
-                                                    (ElmoForTokenClassification, "TOKEN_CLS")])
+@pytest.mark.parametrize(
+    "model_class, task_type", [(ElmoForSequenceClassification, "SEQ_CLS"), (ElmoForTokenClassification, "TOKEN_CLS")]
+)
 def test_peft_lora_on_a_head(tester, tmp_path, model_class, task_type):
     """LoRA on the character encoder's projection, the classifier trained in full; the adapter saves and reloads."""
     peft = pytest.importorskip("peft")
 
     model = tester.create_model(model_class)
-    lora = peft.LoraConfig(task_type=task_type, r=2, lora_alpha=4, target_modules=["projection"],
-                           modules_to_save=["classifier"], init_lora_weights=False)
+    lora = peft.LoraConfig(
+        task_type=task_type,
+        r=2,
+        lora_alpha=4,
+        target_modules=["projection"],
+        modules_to_save=["classifier"],
+        init_lora_weights=False,
+    )
     peft_model = peft.get_peft_model(model, lora)
     trainable = {name for name, parameter in peft_model.named_parameters() if parameter.requires_grad}
     assert trainable and all("lora_" in name or "modules_to_save" in name for name in trainable)
@@ -367,7 +395,7 @@ def test_peft_lora_on_a_head(tester, tmp_path, model_class, task_type):
     lora_gradients = [parameter.grad for name, parameter in peft_model.named_parameters() if "lora_A" in name]
     assert lora_gradients and all(gradient is not None and gradient.abs().sum() > 0 for gradient in lora_gradients)
     with torch.no_grad():
-        for name, parameter in peft_model.named_parameters():
+        for parameter in peft_model.parameters():
             if parameter.requires_grad:
                 parameter.sub_(0.1 * parameter.grad)
         adapted = peft_model(**inputs).logits

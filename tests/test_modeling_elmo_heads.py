@@ -2,12 +2,11 @@
 
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE, tiny_config
 from torch.nn import functional as F
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoScalarMix
-
-from conftest import FLOAT32_TOLERANCE, tiny_config
 
 SENTENCES = [["A", "short", "one", "."], ["The", "second", "sentence", "is", "a", "bit", "longer", "."]]
 
@@ -22,7 +21,7 @@ def make_head(cls, **overrides):
     return cls(tiny_config(**overrides)).eval()
 
 
-# -- ElmoScalarMix -----------------------------------------------------------------------------------------------------
+# -- ElmoScalarMix ----------------------------------------------------------------------------------------------------
 
 
 def test_scalar_mix_is_gamma_times_softmax_weighted_sum():
@@ -66,7 +65,7 @@ def test_scalar_mix_fixed_weights_do_not_train_and_penalty_is_l2():
         ElmoScalarMix(3, fixed_weights=[1.0])
 
 
-# -- heads -------------------------------------------------------------------------------------------------------------
+# -- heads ------------------------------------------------------------------------------------------------------------
 
 
 def test_freeze_bilm_default_trains_only_mix_and_head(tiny_tokenizer):
@@ -82,11 +81,14 @@ def test_freeze_bilm_default_trains_only_mix_and_head(tiny_tokenizer):
     assert all(p.requires_grad for p in unfrozen.parameters())
 
 
-@pytest.mark.parametrize("options", [
-    dict(pooling="mean"),
-    dict(pooling="max", task_lstm_dim=5),
-    dict(pooling="mean_max", concat_token_representation=True, mix_layer_norm=True),
-])
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(pooling="mean"),
+        dict(pooling="max", task_lstm_dim=5),
+        dict(pooling="mean_max", concat_token_representation=True, mix_layer_norm=True),
+    ],
+)
 def test_sequence_logits_do_not_depend_on_padding(tiny_tokenizer, options):
     model = make_head(ElmoForSequenceClassification, **options)
     with torch.no_grad():
@@ -133,10 +135,20 @@ def test_l2_penalty_is_added_to_the_loss(tiny_tokenizer):
 def test_sentence_pairs_pool_each_sentence(tiny_tokenizer):
     model = make_head(ElmoForSequenceClassification, pair_classification=True, pooling="mean_max")
     premises = [["A", "man", "sleeps", "."], ["Cats", "purr", "."]]
-    batch = tiny_tokenizer(premises, [["Someone", "rests", "."], ["Dogs", "bark", "."]], is_split_into_words=True,
-                           padding=True, return_tensors="pt")
-    other = tiny_tokenizer(premises, [["Someone", "runs", "."], ["Dogs", "bark", "."]], is_split_into_words=True,
-                           padding=True, return_tensors="pt")
+    batch = tiny_tokenizer(
+        premises,
+        [["Someone", "rests", "."], ["Dogs", "bark", "."]],
+        is_split_into_words=True,
+        padding=True,
+        return_tensors="pt",
+    )
+    other = tiny_tokenizer(
+        premises,
+        [["Someone", "runs", "."], ["Dogs", "bark", "."]],
+        is_split_into_words=True,
+        padding=True,
+        return_tensors="pt",
+    )
     assert model.classifier.in_features == 4 * 2 * 16
     with torch.no_grad():
         logits, changed = model(**batch).logits, model(**other).logits
@@ -172,8 +184,13 @@ def test_token_head_aligns_with_positions_and_ignores_boundaries(tiny_tokenizer)
     torch.testing.assert_close(out.logits[0, : alone.shape[1]], alone[0], atol=FLOAT32_TOLERANCE, rtol=0)
 
 
-@pytest.mark.parametrize("cls,auto", [(ElmoForSequenceClassification, AutoModelForSequenceClassification),
-                                      (ElmoForTokenClassification, AutoModelForTokenClassification)])
+@pytest.mark.parametrize(
+    "cls,auto",
+    [
+        (ElmoForSequenceClassification, AutoModelForSequenceClassification),
+        (ElmoForTokenClassification, AutoModelForTokenClassification),
+    ],
+)
 def test_head_loads_bilm_from_base_checkpoint(tmp_path, tiny_model, cls, auto):
     tiny_model.save_pretrained(tmp_path)
     model = cls.from_pretrained(tmp_path, num_labels=4, freeze_bilm=False)
@@ -191,8 +208,14 @@ def test_head_loads_bilm_from_base_checkpoint(tmp_path, tiny_model, cls, auto):
 
 @pytest.mark.parametrize("cls", [ElmoForSequenceClassification, ElmoForTokenClassification])
 def test_fine_tuned_head_reloads_to_identical_predictions(tmp_path, tiny_tokenizer, cls):
-    model = make_head(cls, task_lstm_dim=3, mix_weights=[0.0, 1.0, -1.0], freeze_bilm=False,
-                      id2label={0: "A", 1: "B", 2: "C"}, label2id={"A": 0, "B": 1, "C": 2})
+    model = make_head(
+        cls,
+        task_lstm_dim=3,
+        mix_weights=[0.0, 1.0, -1.0],
+        freeze_bilm=False,
+        id2label={0: "A", 1: "B", 2: "C"},
+        label2id={"A": 0, "B": 1, "C": 2},
+    )
     with torch.no_grad():
         for parameter in model.parameters():
             if parameter.requires_grad:

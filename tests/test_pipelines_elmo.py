@@ -2,11 +2,10 @@
 
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE, tiny_config
 from transformers import pipeline
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
-
-from conftest import FLOAT32_TOLERANCE, tiny_config
 
 LABELS = {"id2label": {0: "neg", 1: "pos"}, "label2id": {"neg": 0, "pos": 1}}
 
@@ -26,8 +25,9 @@ def test_sentence_embedding_is_masked_mean_of_the_layer_mix(tiny_model, tiny_tok
         torch.testing.assert_close(embedded[i], mix.mean(dim=0))
         torch.testing.assert_close(default[i], sum(layer[i, span] for layer in layers).mean(dim=0) / 3)
     with torch.no_grad():
-        alone = tiny_model.sentence_embedding(**tiny_tokenizer(sentences[:1], is_split_into_words=True,
-                                                                return_tensors="pt"), layer_weights=weights)
+        alone = tiny_model.sentence_embedding(
+            **tiny_tokenizer(sentences[:1], is_split_into_words=True, return_tensors="pt"), layer_weights=weights
+        )
     torch.testing.assert_close(alone[0], embedded[0], atol=FLOAT32_TOLERANCE, rtol=0)
     with pytest.raises(ValueError, match="layer_weights"):
         tiny_model.sentence_embedding(**batch, layer_weights=[1.0])

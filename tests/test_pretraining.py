@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
 from transformers import EvalPrediction
 
-from conftest import tiny_config
 from hf_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.modeling_elmo import ElmoForPreTraining
 from hf_elmo.pretraining import build_word_vocab, direction_nll_sums, main, perplexity_metrics
@@ -34,11 +34,36 @@ def structured_text(path: Path, n_sentences: int, seed: int) -> list[list[str]]:
 
 def pretraining_args(tmp_path: Path, output_dir: Path, max_steps: int) -> list[str]:
     return [
-        "--train-file", str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "valid.txt"),
-        "--output-dir", str(output_dir), "--preset", "tiny", "--projection-dim", "16", "--cell-dim", "32",
-        "--max-characters-per-token", "20", "--n-negative-samples", "8", "--min-count", "1", "--batch-size", "8",
-        "--learning-rate", "1e-2", "--max-steps", str(max_steps), "--eval-steps", str(max_steps),
-        "--save-steps", str(max_steps), "--logging-steps", str(max_steps),
+        "--train-file",
+        str(tmp_path / "train.txt"),
+        "--validation-file",
+        str(tmp_path / "valid.txt"),
+        "--output-dir",
+        str(output_dir),
+        "--preset",
+        "tiny",
+        "--projection-dim",
+        "16",
+        "--cell-dim",
+        "32",
+        "--max-characters-per-token",
+        "20",
+        "--n-negative-samples",
+        "8",
+        "--min-count",
+        "1",
+        "--batch-size",
+        "8",
+        "--learning-rate",
+        "1e-2",
+        "--max-steps",
+        str(max_steps),
+        "--eval-steps",
+        str(max_steps),
+        "--save-steps",
+        str(max_steps),
+        "--logging-steps",
+        str(max_steps),
     ]
 
 
@@ -55,13 +80,18 @@ def tiny_pretraining_model(vocab_size: int, n_negative_samples: int = 8, seed: i
     return ElmoForPreTraining(tiny_config(word_vocab_size=vocab_size, n_negative_samples=n_negative_samples))
 
 
-# -- the model ---------------------------------------------------------------------------------------------------------
+# -- the model --------------------------------------------------------------------------------------------------------
 
 
 def test_loss_is_the_mean_nll_of_next_and_previous_words(vocab_tokenizer):
     model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).eval()
-    batch = vocab_tokenizer([["w0", "w3", "w6"], ["w9"]], is_split_into_words=True, padding=True,
-                            return_word_labels=True, return_tensors="pt")
+    batch = vocab_tokenizer(
+        [["w0", "w3", "w6"], ["w9"]],
+        is_split_into_words=True,
+        padding=True,
+        return_word_labels=True,
+        return_tensors="pt",
+    )
     output = model(**batch)
     forward_lp, backward_lp = model.word_log_probs(batch["input_ids"], batch["attention_mask"])
     forward_nll, backward_nll = [], []
@@ -85,8 +115,9 @@ def test_forward_lm_never_sees_the_word_it_predicts(vocab_tokenizer):
     forward_lp, backward_lp = model.word_log_probs(batch["input_ids"], batch["attention_mask"])
     # The forward LM predicts the word at t + 1 from positions <= t; the backward LM the word at t - 1 from >= t.
     torch.testing.assert_close(forward_lp[0, :perturbed_position], forward_lp[1, :perturbed_position], rtol=0, atol=0)
-    torch.testing.assert_close(backward_lp[0, perturbed_position + 1:], backward_lp[1, perturbed_position + 1:],
-                               rtol=0, atol=0)
+    torch.testing.assert_close(
+        backward_lp[0, perturbed_position + 1 :], backward_lp[1, perturbed_position + 1 :], rtol=0, atol=0
+    )
     assert not torch.allclose(forward_lp[0, perturbed_position], forward_lp[1, perturbed_position])
     assert not torch.allclose(backward_lp[0, perturbed_position], backward_lp[1, perturbed_position])
 
@@ -95,19 +126,27 @@ def test_sampled_loss_agrees_with_the_full_loss_in_expectation(vocab_tokenizer):
     model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size, n_negative_samples=100)
     with torch.no_grad():  # a spread of logits, so that the sampled estimate is not trivially exact
         model.softmax.weight.mul_(4.0)
-    batch = vocab_tokenizer([["w0", "w3", "w6", "w9"], ["w1", "w4"]], is_split_into_words=True, padding=True,
-                            return_word_labels=True, return_tensors="pt")
+    batch = vocab_tokenizer(
+        [["w0", "w3", "w6", "w9"], ["w1", "w4"]],
+        is_split_into_words=True,
+        padding=True,
+        return_word_labels=True,
+        return_tensors="pt",
+    )
     with torch.no_grad():
         full = model.eval()(**batch)
         biLM_output = model.elmo(batch["input_ids"], batch["attention_mask"], return_dict=True)
         model.elmo.forward = lambda *args, **kwargs: biLM_output  # the biLM is deterministic: run it once
         model.train()
         torch.manual_seed(1)
-        draws = torch.stack([torch.stack([o.forward_loss, o.backward_loss]) for o in
-                             (model(**batch) for _ in range(500))])
+        draws = torch.stack(
+            [torch.stack([o.forward_loss, o.backward_loss]) for o in (model(**batch) for _ in range(500))]
+        )
     full_losses = torch.stack([full.forward_loss, full.backward_loss])
-    print(f"full softmax losses {full_losses.tolist()}, mean of 500 sampled {draws.mean(0).tolist()}, "
-          f"std of one draw {draws.std(0).tolist()}")
+    print(
+        f"full softmax losses {full_losses.tolist()}, mean of 500 sampled {draws.mean(0).tolist()}, "
+        f"std of one draw {draws.std(0).tolist()}"
+    )
     assert (draws.std(0) > 1e-2).all()  # the training loss is sampled, not the full one
     torch.testing.assert_close(draws.mean(0), full_losses, rtol=0.01, atol=0.0)
 
@@ -123,7 +162,7 @@ def test_rejects_labels_of_the_wrong_shape_or_range(vocab_tokenizer):
         ElmoForPreTraining(tiny_config())
 
 
-# -- the word vocabulary ---------------------------------------------------------------------------------------------
+# -- the word vocabulary ----------------------------------------------------------------------------------------------
 
 
 def test_word_vocabulary_counts_caps_and_round_trips(tmp_path):
@@ -151,7 +190,7 @@ def test_word_vocabulary_counts_caps_and_round_trips(tmp_path):
         plain(["a"], return_word_labels=True)
 
 
-# -- the Trainer script ----------------------------------------------------------------------------------------------
+# -- the Trainer script -----------------------------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -180,8 +219,10 @@ def unigram_perplexity(train: list[list[str]], valid: list[list[str]]) -> float:
 def test_pretraining_drives_perplexity_well_below_unigram(pretrained_folder):
     _, metrics, train, valid = pretrained_folder
     unigram = unigram_perplexity(train, valid)
-    print(f"unigram perplexity {unigram:.2f}; biLM forward {metrics['eval_forward_perplexity']:.2f}, "
-          f"backward {metrics['eval_backward_perplexity']:.2f}")
+    print(
+        f"unigram perplexity {unigram:.2f}; biLM forward {metrics['eval_forward_perplexity']:.2f}, "
+        f"backward {metrics['eval_backward_perplexity']:.2f}"
+    )
     assert metrics["eval_forward_perplexity"] < unigram / 2
     assert metrics["eval_backward_perplexity"] < unigram / 2
     assert metrics["eval_loss"] == pytest.approx(math.log(metrics["eval_perplexity"]), rel=0.05)
@@ -231,8 +272,16 @@ def test_pretraining_runs_under_torchrun_with_two_processes(tmp_path):
     structured_text(tmp_path / "train.txt", 64, seed=0)
     structured_text(tmp_path / "valid.txt", 16, seed=1)
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(Path(__file__).resolve().parents[1]))
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "-m", "hf_elmo.pretraining",
-               *pretraining_args(tmp_path, tmp_path / "model", max_steps=4)]
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "hf_elmo.pretraining",
+        *pretraining_args(tmp_path, tmp_path / "model", max_steps=4),
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode != 0 and "on CPU pass --use_cpu" in result.stderr  # each would train alone
     result = subprocess.run([*command, "--use_cpu"], env=env, capture_output=True, text=True, timeout=300)
@@ -252,12 +301,31 @@ def test_streaming_run_resumes_from_its_last_checkpoint(tmp_path):
     torch.set_num_threads(1)
     try:
         # Checkpoints kept (a finished run removes them), as a run stopped at step 4 would have left them.
-        main([*pretraining_args(tmp_path, output, max_steps=4), "--streaming", "--save-steps", "2",
-              "--save-total-limit", "10", "--keep-checkpoints"])
+        main(
+            [
+                *pretraining_args(tmp_path, output, max_steps=4),
+                "--streaming",
+                "--save-steps",
+                "2",
+                "--save-total-limit",
+                "10",
+                "--keep-checkpoints",
+            ]
+        )
         first_vocab = (output / "word_vocab.json").read_text()
         early_checkpoint = (output / "checkpoint-2" / "trainer_state.json").stat().st_mtime_ns
-        main([*pretraining_args(tmp_path, output, max_steps=6), "--streaming", "--save-steps", "2",
-              "--save-total-limit", "10", "--keep-checkpoints", "--resume"])
+        main(
+            [
+                *pretraining_args(tmp_path, output, max_steps=6),
+                "--streaming",
+                "--save-steps",
+                "2",
+                "--save-total-limit",
+                "10",
+                "--keep-checkpoints",
+                "--resume",
+            ]
+        )
     finally:
         torch.set_num_threads(threads)
     assert json.loads((output / "checkpoint-6" / "trainer_state.json").read_text())["global_step"] == 6
@@ -277,10 +345,18 @@ def test_pretraining_on_learned_characters(tmp_path):
     tokenizer, model = ElmoTokenizer.from_pretrained(output), ElmoModel.from_pretrained(output)
     characters = set("".join(text)) - {" "}
     assert tokenizer.alphabet.learned and set(tokenizer.alphabet.symbols) == characters | {
-        "<bos>", "<eos>", "<bow>", "<eow>", "<pad>", "<oov>"}
+        "<bos>",
+        "<eos>",
+        "<bow>",
+        "<eow>",
+        "<pad>",
+        "<oov>",
+    }
     assert model.char_encoder.char_embedding.num_embeddings == len(characters) + 6 + 1
     row = tokenizer(["배웁니다"], is_split_into_words=True)["input_ids"][1]
     assert tokenizer.decode(row) == "배웁니다"
+
+
 def test_bilm_loads_quietly_from_a_pretraining_folder(tmp_path):
     """The documented path, `ElmoModel.from_pretrained(<pretrain output>)`: the word softmax is left out silently."""
     torch.manual_seed(0)

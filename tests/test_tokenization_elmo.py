@@ -46,8 +46,9 @@ def test_boundary_rows_and_their_words():
 
 def test_batch_shapes_masks_and_word_ids():
     tokenizer = ElmoTokenizer()
-    batch = tokenizer([["The", "cat"], ["A", "new york", "b", "c"]], is_split_into_words=True, padding=True,
-                      return_tensors="pt")
+    batch = tokenizer(
+        [["The", "cat"], ["A", "new york", "b", "c"]], is_split_into_words=True, padding=True, return_tensors="pt"
+    )
     assert batch["input_ids"].shape == (2, 6, 50) and batch["input_ids"].dtype == torch.long
     assert batch["attention_mask"].tolist() == [[1, 1, 1, 1, 0, 0], [1] * 6]
     assert batch["input_ids"][0, 4:].eq(0).all()
@@ -100,8 +101,10 @@ def test_pad_to_multiple_and_max_length():
 
 def test_stock_collator_pads_encoded_features():
     tokenizer = ElmoTokenizer()
-    features = [dict(tokenizer(words, is_split_into_words=True), label=label)
-                for words, label in ((["a"], 0), (["b", "c", "d"], 1))]
+    features = [
+        dict(tokenizer(words, is_split_into_words=True), label=label)
+        for words, label in ((["a"], 0), (["b", "c", "d"], 1))
+    ]
     batch = DataCollatorWithPadding(tokenizer)(features)
     direct = tokenizer([["a"], ["b", "c", "d"]], is_split_into_words=True, padding=True, return_tensors="pt")
     assert torch.equal(batch["input_ids"], direct["input_ids"])
@@ -144,14 +147,16 @@ def test_bad_settings_are_refused():
         ElmoTokenizer(pre_tokenizer="sentencepiece")
 
 
-# -- the transformers tokenizer contract (as ByT5 and CANINE keep it for characters) --------------------------------
+# -- the transformers tokenizer contract (as ByT5 and CANINE keep it for characters) ----------------------------------
 
 
 def test_encode_is_the_input_ids_of_one_sentence():
     tokenizer = ElmoTokenizer()
     assert tokenizer.encode("The cat") == tokenizer("The cat")["input_ids"]
-    assert tokenizer.encode(["a", "b"], is_split_into_words=True, add_special_tokens=False) == \
-        [word_to_char_ids("a", 50), word_to_char_ids("b", 50)]
+    assert tokenizer.encode(["a", "b"], is_split_into_words=True, add_special_tokens=False) == [
+        word_to_char_ids("a", 50),
+        word_to_char_ids("b", 50),
+    ]
     with pytest.raises(TypeError, match="use __call__ for batches"):
         tokenizer.encode(["a b", "c"])
 
@@ -222,8 +227,11 @@ def learned_tokenizer(tmp_path):
     learn_character_vocabulary(["한국어 abc"]).save(tmp_path / "chars.json")
     words = {"<oov>": 0, "<bos>": 1, "<eos>": 2, "<pad>": 3, "한국어": 4, "abc": 5}
     (tmp_path / "words.json").write_text(json.dumps(words, ensure_ascii=False), encoding="utf-8")
-    return ElmoTokenizer(max_characters_per_token=5, char_vocab_file=str(tmp_path / "chars.json"),
-                         word_input_vocab_file=str(tmp_path / "words.json"))
+    return ElmoTokenizer(
+        max_characters_per_token=5,
+        char_vocab_file=str(tmp_path / "chars.json"),
+        word_input_vocab_file=str(tmp_path / "words.json"),
+    )
 
 
 def test_learned_alphabet_with_word_inputs(tmp_path):
@@ -251,6 +259,8 @@ def test_learned_tokenizer_pads_saves_and_loads(tmp_path):
     loaded = ElmoTokenizer.from_pretrained(tmp_path / "saved")
     assert loaded(["한국어 abcd"])["input_ids"] == tokenizer(["한국어 abcd"])["input_ids"]
     assert loaded(["한국어 abcd"])["word_input_ids"] == tokenizer(["한국어 abcd"])["word_input_ids"]
+
+
 def test_a_missing_path_is_an_error(tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     with pytest.raises(OSError):  # transformers refuses a path that cannot be a Hub id

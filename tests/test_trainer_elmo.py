@@ -9,12 +9,11 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import tiny_config
+from trainer_data import ENTITY_LABELS, entity_dataset, sentence_dataset
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
-
-from conftest import tiny_config
-from trainer_data import ENTITY_LABELS, entity_dataset, sentence_dataset
 
 pytest.importorskip("accelerate")
 TESTS_DIR = Path(__file__).resolve().parent
@@ -41,9 +40,18 @@ def base_checkpoint(fixture_model, tmp_path) -> Path:
 
 
 def training_args(output_dir, **overrides) -> TrainingArguments:
-    options = dict(output_dir=str(output_dir), per_device_train_batch_size=8, num_train_epochs=8,
-                   learning_rate=0.1, lr_scheduler_type="constant", report_to="none", save_strategy="no", seed=0,
-                   disable_tqdm=True, use_cpu=not torch.cuda.is_available())
+    options = dict(
+        output_dir=str(output_dir),
+        per_device_train_batch_size=8,
+        num_train_epochs=8,
+        learning_rate=0.1,
+        lr_scheduler_type="constant",
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+        use_cpu=not torch.cuda.is_available(),
+    )
     options.update(overrides)
     return TrainingArguments(**options)
 
@@ -51,11 +59,16 @@ def training_args(output_dir, **overrides) -> TrainingArguments:
 def train_sequence_head(base_checkpoint, tmp_path, **overrides):
     tokenizer = ElmoTokenizer.from_pretrained(base_checkpoint)
     torch.manual_seed(0)  # the head's initialisation
-    model = ElmoForSequenceClassification.from_pretrained(base_checkpoint, num_labels=2, task_lstm_dim=8,
-                                                          mix_dropout=0.1)
-    trainer = Trainer(model=model, args=training_args(tmp_path / "run", **overrides), processing_class=tokenizer,
-                      train_dataset=sentence_dataset(tokenizer, 64, seed=0),
-                      eval_dataset=sentence_dataset(tokenizer, 32, seed=1))
+    model = ElmoForSequenceClassification.from_pretrained(
+        base_checkpoint, num_labels=2, task_lstm_dim=8, mix_dropout=0.1
+    )
+    trainer = Trainer(
+        model=model,
+        args=training_args(tmp_path / "run", **overrides),
+        processing_class=tokenizer,
+        train_dataset=sentence_dataset(tokenizer, 64, seed=0),
+        eval_dataset=sentence_dataset(tokenizer, 32, seed=1),
+    )
     before = trainer.evaluate()["eval_loss"]
     trainer.train()
     return trainer, before, trainer.evaluate()["eval_loss"]
@@ -65,12 +78,19 @@ def train_token_head(base_checkpoint, tmp_path, **overrides):
     tokenizer = ElmoTokenizer.from_pretrained(base_checkpoint)
     torch.manual_seed(0)  # the head's initialisation
     model = ElmoForTokenClassification.from_pretrained(
-        base_checkpoint, num_labels=2, mix_dropout=0.1, id2label=dict(enumerate(ENTITY_LABELS)),
-        label2id={label: i for i, label in enumerate(ENTITY_LABELS)})
-    trainer = Trainer(model=model, args=training_args(tmp_path / "run", **overrides),
-                      data_collator=DataCollatorForTokenClassification(tokenizer),
-                      train_dataset=entity_dataset(tokenizer, 64, seed=0),
-                      eval_dataset=entity_dataset(tokenizer, 32, seed=1))
+        base_checkpoint,
+        num_labels=2,
+        mix_dropout=0.1,
+        id2label=dict(enumerate(ENTITY_LABELS)),
+        label2id={label: i for i, label in enumerate(ENTITY_LABELS)},
+    )
+    trainer = Trainer(
+        model=model,
+        args=training_args(tmp_path / "run", **overrides),
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        train_dataset=entity_dataset(tokenizer, 64, seed=0),
+        eval_dataset=entity_dataset(tokenizer, 32, seed=1),
+    )
     before = trainer.evaluate()["eval_loss"]
     trainer.train()
     return trainer, before, trainer.evaluate()["eval_loss"]
@@ -122,11 +142,24 @@ def test_torchrun_ddp_on_cpu(tmp_path):
     model_dir = tmp_path / "base"
     ElmoModel(tiny_config()).save_pretrained(model_dir)
     ElmoTokenizer(max_characters_per_token=20).save_pretrained(model_dir)
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)]),
-           "OMP_NUM_THREADS": "1", "CUDA_VISIBLE_DEVICES": ""}
-    command = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
-               "--master_port", str(free_port()), str(TESTS_DIR / "trainer_ddp_worker.py"),
-               str(model_dir), str(tmp_path)]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)]),
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nproc_per_node",
+        "2",
+        "--master_port",
+        str(free_port()),
+        str(TESTS_DIR / "trainer_ddp_worker.py"),
+        str(model_dir),
+        str(tmp_path),
+    ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-4000:]
     ranks = [json.loads((tmp_path / f"rank{rank}.json").read_text()) for rank in (0, 1)]

@@ -1,14 +1,18 @@
 import numpy as np
 import pytest
 import torch
+from conftest import FLOAT32_TOLERANCE, random_original_arrays, tiny_config
 
 from hf_elmo import ElmoModel
 from hf_elmo.weight_mapping import (
-    conv_from_original, conv_to_original, lstm_from_original, lstm_to_original, original_to_state_dict,
-    state_dict_to_original, swap_middle_gates,
+    conv_from_original,
+    conv_to_original,
+    lstm_from_original,
+    lstm_to_original,
+    original_to_state_dict,
+    state_dict_to_original,
+    swap_middle_gates,
 )
-
-from conftest import FLOAT32_TOLERANCE, random_original_arrays, tiny_config
 
 CONFIGS = {
     "tiny": tiny_config(),
@@ -60,8 +64,9 @@ def test_lstm_kernel_split_and_layout():
     tf_gates = np.concatenate([x, h]) @ kernel + bias
     ours = x @ input_kernel + h @ recurrent_kernel + torch_bias
     np.testing.assert_allclose(swap_middle_gates(ours), tf_gates, rtol=0, atol=FLOAT32_TOLERANCE)
-    for original, restored in zip((kernel, bias, projection), lstm_to_original(*lstm_from_original(kernel, bias,
-                                                                                                  projection))):
+    for original, restored in zip(
+        (kernel, bias, projection), lstm_to_original(*lstm_from_original(kernel, bias, projection))
+    ):
         np.testing.assert_array_equal(bits(original), bits(restored))
 
 
@@ -71,9 +76,10 @@ def test_conv_kernel_layout_matches_tensorflow_correlation():
     bias = rng.normal(size=6).astype(np.float32)
     weight, torch_bias = conv_from_original(kernel, bias)
     chars = rng.normal(size=(10, 4)).astype(np.float32)  # (positions, char_dim)
-    expected = np.stack([np.einsum("wc,wcf->f", chars[t:t + 3], kernel[0]) for t in range(8)]) + bias
-    got = torch.nn.functional.conv1d(torch.from_numpy(chars.T[None]), torch.from_numpy(weight),
-                                     torch.from_numpy(torch_bias))[0].T.numpy()
+    expected = np.stack([np.einsum("wc,wcf->f", chars[t : t + 3], kernel[0]) for t in range(8)]) + bias
+    got = torch.nn.functional.conv1d(
+        torch.from_numpy(chars.T[None]), torch.from_numpy(weight), torch.from_numpy(torch_bias)
+    )[0].T.numpy()
     np.testing.assert_allclose(got, expected, rtol=0, atol=FLOAT32_TOLERANCE)
     np.testing.assert_array_equal(bits(conv_to_original(weight, torch_bias)[0]), bits(kernel))
 

@@ -5,10 +5,10 @@ import os
 import sys
 
 import torch
+from trainer_data import sentence_dataset
 from transformers import DataCollatorWithPadding, Trainer, TrainingArguments
 
 from hf_elmo import ElmoForSequenceClassification, ElmoTokenizer
-from trainer_data import sentence_dataset
 
 
 def eval_loss(model, tokenizer, dataset) -> float:
@@ -20,12 +20,26 @@ def eval_loss(model, tokenizer, dataset) -> float:
 def main(model_dir: str, output_dir: str) -> None:
     tokenizer = ElmoTokenizer.from_pretrained(model_dir)
     model = ElmoForSequenceClassification.from_pretrained(model_dir, num_labels=2, mix_dropout=0.1)
-    args = TrainingArguments(output_dir=output_dir, use_cpu=True, ddp_backend="gloo", per_device_train_batch_size=8,
-                             num_train_epochs=16, learning_rate=0.1, lr_scheduler_type="constant", report_to="none",
-                             save_strategy="no", seed=0, disable_tqdm=True)
-    trainer = Trainer(model=model, args=args, processing_class=tokenizer,
-                      train_dataset=sentence_dataset(tokenizer, 64, seed=0),
-                      eval_dataset=sentence_dataset(tokenizer, 32, seed=1))
+    args = TrainingArguments(
+        output_dir=output_dir,
+        use_cpu=True,
+        ddp_backend="gloo",
+        per_device_train_batch_size=8,
+        num_train_epochs=16,
+        learning_rate=0.1,
+        lr_scheduler_type="constant",
+        report_to="none",
+        save_strategy="no",
+        seed=0,
+        disable_tqdm=True,
+    )
+    trainer = Trainer(
+        model=model,
+        args=args,
+        processing_class=tokenizer,
+        train_dataset=sentence_dataset(tokenizer, 64, seed=0),
+        eval_dataset=sentence_dataset(tokenizer, 32, seed=1),
+    )
     # Not trainer.evaluate(): before train() it marks the model as prepared and Accelerate then skips the DDP wrap.
     before = eval_loss(model, tokenizer, trainer.eval_dataset)
     trainer.train()

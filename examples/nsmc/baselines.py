@@ -52,14 +52,20 @@ def char_ngram_baseline(splits: dict, c_values: list[float]) -> dict:
     """TF-IDF of in-word character 1-4-grams and a logistic regression; `C` is the best on validation."""
     vectorizer = TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 4), sublinear_tf=True, min_df=2)
     features = {"train": vectorizer.fit_transform(" ".join(words) for words in splits["train"][0])}
-    features.update({split: vectorizer.transform(" ".join(words) for words in splits[split][0])
-                     for split in ("validation", "test")})
+    features.update(
+        {
+            split: vectorizer.transform(" ".join(words) for words in splits[split][0])
+            for split in ("validation", "test")
+        }
+    )
     best = None
     for c in c_values:
         classifier = LogisticRegression(C=c, solver="liblinear", max_iter=1000)
         classifier.fit(features["train"], splits["train"][1].numpy())
-        scores = {split: accuracy_and_macro_f1(torch.from_numpy(classifier.predict(features[split])), splits[split][1])
-                  for split in ("validation", "test")}
+        scores = {
+            split: accuracy_and_macro_f1(torch.from_numpy(classifier.predict(features[split])), splits[split][1])
+            for split in ("validation", "test")
+        }
         if best is None or scores["validation"]["accuracy"] > best["validation"]["accuracy"]:
             best = {"C": c, **scores}
     return {"features": len(vectorizer.vocabulary_), **best}
@@ -69,8 +75,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--data-dir", default="outputs/nsmc/data")
     parser.add_argument("--train-file", default="train.csv", help="labelled training file inside --data-dir")
-    parser.add_argument("--char-c", type=float, nargs="+", default=[1.0, 4.0, 16.0],
-                        help="values of C tried for the character n-gram model")
+    parser.add_argument(
+        "--char-c",
+        type=float,
+        nargs="+",
+        default=[1.0, 4.0, 16.0],
+        help="values of C tried for the character n-gram model",
+    )
     parser.add_argument("--min-count", type=int, default=2)
     parser.add_argument("--epochs", type=int, default=5)
     parser.add_argument("--learning-rate", type=float, default=0.01)
@@ -78,14 +89,20 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
     torch.manual_seed(args.seed)
     data_dir = Path(args.data_dir)
-    splits = {split: read_split(data_dir / (args.train_file if split == "train" else f"{split}.csv"))
-              for split in ("train", "validation", "test")}
+    splits = {
+        split: read_split(data_dir / (args.train_file if split == "train" else f"{split}.csv"))
+        for split in ("train", "validation", "test")
+    }
 
     train_labels = splits["train"][1]
     majority = int(train_labels.bincount().argmax())
     test_labels = splits["test"][1]
-    results = {"majority_class": {"label": majority,
-                                  **accuracy_and_macro_f1(torch.full_like(test_labels, majority), test_labels)}}
+    results = {
+        "majority_class": {
+            "label": majority,
+            **accuracy_and_macro_f1(torch.full_like(test_labels, majority), test_labels),
+        }
+    }
 
     counts = Counter(w for words in splits["train"][0] for w in set(words))
     vocab = {w: i for i, w in enumerate(sorted(w for w, c in counts.items() if c >= args.min_count))}
@@ -105,8 +122,11 @@ def main(argv: list[str] | None = None) -> dict:
             loss.backward()
             optimizer.step()
         with torch.no_grad():
-            scores = {split: accuracy_and_macro_f1((model(*inputs[split]) + bias).argmax(-1), labels)
-                      for split, (_, labels) in splits.items() if split != "train"}
+            scores = {
+                split: accuracy_and_macro_f1((model(*inputs[split]) + bias).argmax(-1), labels)
+                for split, (_, labels) in splits.items()
+                if split != "train"
+            }
         if best is None or scores["validation"]["accuracy"] > best["validation"]["accuracy"]:
             best = {"epoch": epoch + 1, **scores}
     results["bag_of_words"] = {"vocabulary": len(vocab), **best}

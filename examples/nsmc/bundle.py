@@ -42,12 +42,13 @@ def layer_cosines(original, stored, tokenizer, texts: list[str]) -> dict[str, li
     sums, lowest = None, None
     count = 0
     for start in range(0, len(texts), 64):
-        batch = tokenizer(texts[start:start + 64], padding=True, truncation=True, max_length=64, return_tensors="pt")
+        batch = tokenizer(texts[start : start + 64], padding=True, truncation=True, max_length=64, return_tensors="pt")
         mask = batch["attention_mask"].bool()
         first = original.base_model(**batch, output_hidden_states=True).hidden_states
         second = stored.base_model(**batch, output_hidden_states=True).hidden_states
-        cosines = torch.stack([torch.nn.functional.cosine_similarity(a, b, dim=-1)[mask]
-                               for a, b in zip(first, second)])
+        cosines = torch.stack(
+            [torch.nn.functional.cosine_similarity(a, b, dim=-1)[mask] for a, b in zip(first, second)]
+        )
         sums = cosines.sum(dim=1) if sums is None else sums + cosines.sum(dim=1)
         lowest = cosines.amin(dim=1) if lowest is None else torch.minimum(lowest, cosines.amin(dim=1))
         count += int(mask.sum())
@@ -61,12 +62,14 @@ def accuracy(model, tokenizer, path: str, names: dict[str, str]) -> float:
         rows = list(csv.DictReader(handle))
     correct = 0
     for start in range(0, len(rows), 128):
-        chunk = rows[start:start + 128]
-        batch = tokenizer([row["text"] for row in chunk], padding=True, truncation=True, max_length=64,
-                          return_tensors="pt")
+        chunk = rows[start : start + 128]
+        batch = tokenizer(
+            [row["text"] for row in chunk], padding=True, truncation=True, max_length=64, return_tensors="pt"
+        )
         predicted = model(**batch).logits.argmax(-1).tolist()
-        correct += sum(model.config.id2label[p] == names.get(row["label"], row["label"])
-                       for p, row in zip(predicted, chunk))
+        correct += sum(
+            model.config.id2label[p] == names.get(row["label"], row["label"]) for p, row in zip(predicted, chunk)
+        )
     return correct / len(rows)
 
 
@@ -77,10 +80,12 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--check-text", help="text file, one sentence per line: compare the biLM's layers")
     parser.add_argument("--check-csv", help="csv file with text,label: compare the classifier's accuracy")
     parser.add_argument("--check-lines", type=int, default=500, help="lines of --check-text used")
-    parser.add_argument("--label-names", nargs="+",
-                        help="names of a classifier's labels, by id (e.g. negative positive)")
-    parser.add_argument("--bilm-only", action="store_true",
-                        help="store the biLM (ElmoModel) without a pre-training output's softmax")
+    parser.add_argument(
+        "--label-names", nargs="+", help="names of a classifier's labels, by id (e.g. negative positive)"
+    )
+    parser.add_argument(
+        "--bilm-only", action="store_true", help="store the biLM (ElmoModel) without a pre-training output's softmax"
+    )
     args = parser.parse_args(argv)
 
     original, tokenizer = load(args.model, args.bilm_only)
@@ -104,10 +109,12 @@ def main(argv: list[str] | None = None) -> dict:
         shutil.copyfile(CARDS_DIR / f"{args.name}.md", folder / "README.md")
 
         reloaded = load(folder)[0]
-        checks = {"weights_mb": round((folder / "model.safetensors").stat().st_size / 1e6, 2),
-                  "folder_mb": round(sum(f.stat().st_size for f in folder.iterdir()) / 1e6, 2)}
+        checks = {
+            "weights_mb": round((folder / "model.safetensors").stat().st_size / 1e6, 2),
+            "folder_mb": round(sum(f.stat().st_size for f in folder.iterdir()) / 1e6, 2),
+        }
         if args.check_text:
-            lines = Path(args.check_text).read_text(encoding="utf-8").splitlines()[:args.check_lines]
+            lines = Path(args.check_text).read_text(encoding="utf-8").splitlines()[: args.check_lines]
             checks["layer_cosines"] = layer_cosines(original, reloaded, tokenizer, lines)
         if args.check_csv:
             checks["accuracy_float32"] = accuracy(original, tokenizer, args.check_csv, {})

@@ -36,9 +36,10 @@ def layer_means(model, tokenizer, texts: list[str], batch_size: int, max_length:
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))  # similar lengths batched together
     features = np.zeros((len(texts), (model.config.n_layers + 1) * 2 * model.config.projection_dim), np.float32)
     for start in range(0, len(order), batch_size):
-        rows = order[start:start + batch_size]
-        batch = tokenizer([texts[i] for i in rows], padding=True, truncation=True, max_length=max_length,
-                          return_tensors="pt")
+        rows = order[start : start + batch_size]
+        batch = tokenizer(
+            [texts[i] for i in rows], padding=True, truncation=True, max_length=max_length, return_tensors="pt"
+        )
         layers = model(**batch, output_hidden_states=True).hidden_states
         positions = word_positions(batch["input_ids"], batch["attention_mask"].bool(), model.config)
         pooled = torch.cat([masked_pool(layer.float(), positions, "mean") for layer in layers], dim=-1)
@@ -60,21 +61,32 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = ElmoTokenizer.from_pretrained(args.model)
     model = ElmoModel.from_pretrained(args.model, dtype=torch.float32).eval()
     data_dir = Path(args.data_dir)
-    splits = {split: read_split(data_dir / (args.train_file if split == "train" else f"{split}.csv"))
-              for split in ("train", "validation", "test")}
-    features = {split: layer_means(model, tokenizer, texts, args.batch_size, args.max_length)
-                for split, (texts, _) in splits.items()}
+    splits = {
+        split: read_split(data_dir / (args.train_file if split == "train" else f"{split}.csv"))
+        for split in ("train", "validation", "test")
+    }
+    features = {
+        split: layer_means(model, tokenizer, texts, args.batch_size, args.max_length)
+        for split, (texts, _) in splits.items()
+    }
     scaler = StandardScaler().fit(features["train"])
     features = {split: scaler.transform(values) for split, values in features.items()}
     best = None
     for c in args.c_values:
         classifier = LogisticRegression(C=c, max_iter=2000).fit(features["train"], splits["train"][1])
-        scores = {split: float((classifier.predict(features[split]) == splits[split][1]).mean())
-                  for split in ("validation", "test")}
+        scores = {
+            split: float((classifier.predict(features[split]) == splits[split][1]).mean())
+            for split in ("validation", "test")
+        }
         if best is None or scores["validation"] > best["validation_accuracy"]:
             best = {"C": c, "validation_accuracy": scores["validation"], "test_accuracy": scores["test"]}
-    results = {"model": args.model, "train_file": args.train_file, "train_reviews": len(splits["train"][1]),
-               "features": features["train"].shape[1], **best}
+    results = {
+        "model": args.model,
+        "train_file": args.train_file,
+        "train_reviews": len(splits["train"][1]),
+        "features": features["train"].shape[1],
+        **best,
+    }
     output_dir = Path(args.output_dir or args.model)
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "frozen_features.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")

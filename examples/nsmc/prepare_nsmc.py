@@ -75,17 +75,35 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--input", default="../shared/data/nsmc/reviews.tsv.gz")
     parser.add_argument("--output-dir", default="outputs/nsmc/data")
-    parser.add_argument("--movie-fractions", type=float, nargs=3, default=[0.8, 0.1, 0.1],
-                        help="share of the movies in train, validation, test")
+    parser.add_argument(
+        "--movie-fractions",
+        type=float,
+        nargs=3,
+        default=[0.8, 0.1, 0.1],
+        help="share of the movies in train, validation, test",
+    )
     parser.add_argument("--train-size", type=int, default=20000, help="labelled training reviews")
     parser.add_argument("--validation-size", type=int, default=2000, help="labelled validation reviews")
     parser.add_argument("--test-size", type=int, default=10000, help="labelled test reviews")
-    parser.add_argument("--extra-train-sizes", type=int, nargs="*", default=[],
-                        help="also write train_N.csv for each N (0: train_all.csv, every labelled training review)")
-    parser.add_argument("--pretrain-size", type=int, default=200000,
-                        help="pre-training reviews from the training movies (any rating; 0: all of them)")
-    parser.add_argument("--pretrain-validation-size", type=int, default=2000,
-                        help="pre-training validation reviews from the validation movies")
+    parser.add_argument(
+        "--extra-train-sizes",
+        type=int,
+        nargs="*",
+        default=[],
+        help="also write train_N.csv for each N (0: train_all.csv, every labelled training review)",
+    )
+    parser.add_argument(
+        "--pretrain-size",
+        type=int,
+        default=200000,
+        help="pre-training reviews from the training movies (any rating; 0: all of them)",
+    )
+    parser.add_argument(
+        "--pretrain-validation-size",
+        type=int,
+        default=2000,
+        help="pre-training validation reviews from the validation movies",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args(argv)
 
@@ -97,19 +115,25 @@ def main(argv: list[str] | None = None) -> dict:
     sizes = {"train": args.train_size, "validation": args.validation_size, "test": args.test_size}
     summary = {"movies": {split: len(ids) for split, ids in split_ids.items()}, "labelled": {}}
     for split, ids in split_ids.items():
-        labelled = [(text, label_of(rating)) for movie in ids for text, rating in movies[movie]
-                    if label_of(rating) is not None]
+        labelled = [
+            (text, label_of(rating)) for movie in ids for text, rating in movies[movie] if label_of(rating) is not None
+        ]
         shuffled = sample(labelled, None, rng)
-        chosen = shuffled[:sizes[split]]
+        chosen = shuffled[: sizes[split]]
         write_labelled(output_dir / f"{split}.csv", chosen)
-        summary["labelled"][split] = {"available": len(labelled), "written": len(chosen),
-                                      "positive": sum(label for _, label in chosen)}
+        summary["labelled"][split] = {
+            "available": len(labelled),
+            "written": len(chosen),
+            "positive": sum(label for _, label in chosen),
+        }
         if split == "train":
             for size in args.extra_train_sizes:
                 rows = shuffled[:size] if size else shuffled
                 write_labelled(output_dir / f"train_{size or 'all'}.csv", rows)
-                summary["labelled"][f"train_{size or 'all'}"] = {"written": len(rows),
-                                                                 "positive": sum(label for _, label in rows)}
+                summary["labelled"][f"train_{size or 'all'}"] = {
+                    "written": len(rows),
+                    "positive": sum(label for _, label in rows),
+                }
 
     for split, size in (("train", args.pretrain_size), ("validation", args.pretrain_validation_size)):
         texts = [text for movie in split_ids[split] for text, _ in movies[movie]]

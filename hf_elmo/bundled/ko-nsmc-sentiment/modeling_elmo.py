@@ -102,13 +102,15 @@ class ElmoCharacterEncoder(nn.Module):
         self.highways = nn.ModuleList(ElmoHighway(config) for _ in range(config.n_highway))
         self.word_embedding = (
             nn.Embedding(config.word_input_vocab_size, config.word_input_dim)
-            if config.word_input_vocab_size is not None else None
+            if config.word_input_vocab_size is not None
+            else None
         )
         width = config.n_filters + (config.word_input_dim or 0)
         # bilm-tf projects only when the widths differ; ELMoForManyLangs always does.
         self.projection = (
             nn.Linear(width, config.projection_dim)
-            if config.always_project or width != config.projection_dim else None
+            if config.always_project or width != config.projection_dim
+            else None
         )
 
     def forward(self, char_ids: torch.LongTensor, word_ids: torch.LongTensor | None = None) -> torch.Tensor:
@@ -137,7 +139,9 @@ def lstm_layer_reference(
     for step, step_input_gates in enumerate(input_gates.unbind(1)):
         gates = step_input_gates + hidden @ module.recurrent_kernel
         in_gate, forget_gate, cell_input, out_gate = gates.split(module.cell_dim, dim=-1)
-        new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate + forget_bias) * memory
+        new_memory = (
+            torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate + forget_bias) * memory
+        )
         if cell_clip is not None:
             new_memory = new_memory.clamp(-cell_clip, cell_clip)
         new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
@@ -319,8 +323,13 @@ class ElmoScalarMix(nn.Module):
 
     @classmethod
     def from_config(cls, config: ElmoConfig) -> "ElmoScalarMix":
-        return cls(config.num_representation_layers, config.mix_layer_norm, config.mix_weights,
-                   config.mix_l2_coefficient, config.mix_dropout)
+        return cls(
+            config.num_representation_layers,
+            config.mix_layer_norm,
+            config.mix_weights,
+            config.mix_l2_coefficient,
+            config.mix_dropout,
+        )
 
     @torch.no_grad()
     def reset_parameters(self):
@@ -372,8 +381,10 @@ def refuse_attention_and_embeddings(inputs_embeds: torch.Tensor | None, output_a
     refuses any value, with the reason.
     """
     if inputs_embeds is not None:
-        raise ValueError("ELMo takes character ids, not inputs_embeds: each word's vector is computed from the "
-                         "embeddings of its characters by the CNN; pass input_ids")
+        raise ValueError(
+            "ELMo takes character ids, not inputs_embeds: each word's vector is computed from the "
+            "embeddings of its characters by the CNN; pass input_ids"
+        )
     if output_attentions:
         raise ValueError("ELMo has no attention to output: it is a character CNN and LSTMs; use output_hidden_states")
 
@@ -486,8 +497,10 @@ class ElmoModel(ElmoPreTrainedModel):
         if word_input_ids is None:
             raise ValueError("this model also reads word_input_ids (from its ElmoTokenizer); none were given")
         if word_input_ids.shape != input_ids.shape[:-1]:
-            raise ValueError(f"word_input_ids shape {tuple(word_input_ids.shape)} does not match input_ids "
-                             f"{tuple(input_ids.shape[:-1])}")
+            raise ValueError(
+                f"word_input_ids shape {tuple(word_input_ids.shape)} does not match input_ids "
+                f"{tuple(input_ids.shape[:-1])}"
+            )
         return word_input_ids
 
     def forward(
@@ -552,8 +565,10 @@ class ElmoModel(ElmoPreTrainedModel):
         word-embedding input also take the sequence's `word_input_ids` `(positions,)`.
         """
         if input_ids.dim() != 2 or input_ids.shape[-1] != self.config.max_characters_per_token:
-            raise ValueError(f"input_ids must have shape (positions, {self.config.max_characters_per_token}), "
-                             f"got {tuple(input_ids.shape)}")
+            raise ValueError(
+                f"input_ids must have shape (positions, {self.config.max_characters_per_token}), "
+                f"got {tuple(input_ids.shape)}"
+            )
         if window < 1:
             raise ValueError(f"window must be at least 1, got {window}")
         word_input_ids = self._validated_word_inputs(input_ids, word_input_ids)
@@ -588,8 +603,13 @@ class ElmoModel(ElmoPreTrainedModel):
         `</S>` or padding) of `sum_j w_j h_j`, with `layer_weights` `w` (one per layer, used as given) defaulting to
         the plain average of the `n_layers + 1` layers. Returns `(batch, 2 * projection_dim)`.
         """
-        layers = self(input_ids, attention_mask=attention_mask, output_hidden_states=True, return_dict=True,
-                      word_input_ids=word_input_ids)
+        layers = self(
+            input_ids,
+            attention_mask=attention_mask,
+            output_hidden_states=True,
+            return_dict=True,
+            word_input_ids=word_input_ids,
+        )
         layers = layers.hidden_states
         weights = torch.full((len(layers),), 1.0 / len(layers)) if layer_weights is None else layer_weights
         weights = torch.as_tensor(weights, dtype=layers[0].dtype, device=layers[0].device)
@@ -612,8 +632,10 @@ class ElmoModel(ElmoPreTrainedModel):
             mask = (input_ids > 0).any(dim=-1)
         else:
             if attention_mask.shape != input_ids.shape[:2]:
-                raise ValueError(f"attention_mask shape {tuple(attention_mask.shape)} does not match input_ids "
-                                 f"{tuple(input_ids.shape[:2])}")
+                raise ValueError(
+                    f"attention_mask shape {tuple(attention_mask.shape)} does not match input_ids "
+                    f"{tuple(input_ids.shape[:2])}"
+                )
             mask = attention_mask.bool()
         lengths = mask.sum(dim=1, keepdim=True)
         # An exported or compiled graph cannot raise on values: the check runs in eager mode only.
@@ -628,12 +650,15 @@ class ElmoModel(ElmoPreTrainedModel):
         memory_shape = (config.n_layers, 2, batch_size, config.cell_dim)
         dtype = self.char_encoder.char_embedding.weight.dtype
         if initial_state is None:
-            return torch.zeros(hidden_shape, dtype=dtype, device=device), torch.zeros(memory_shape, dtype=dtype,
-                                                                                      device=device)
+            return torch.zeros(hidden_shape, dtype=dtype, device=device), torch.zeros(
+                memory_shape, dtype=dtype, device=device
+            )
         hidden, memory = initial_state
         if tuple(hidden.shape) != hidden_shape or tuple(memory.shape) != memory_shape:
-            raise ValueError(f"initial_state must be (hidden {hidden_shape}, memory {memory_shape}), got "
-                             f"({tuple(hidden.shape)}, {tuple(memory.shape)})")
+            raise ValueError(
+                f"initial_state must be (hidden {hidden_shape}, memory {memory_shape}), got "
+                f"({tuple(hidden.shape)}, {tuple(memory.shape)})"
+            )
         return hidden.to(dtype), memory.to(dtype)
 
 
@@ -676,8 +701,10 @@ class ElmoTaskEncoder(nn.Module):
             features = torch.cat([layers[0][..., : self.projection_dim], features], dim=-1)
         if self.lstm is not None:
             if torch.compiler.is_exporting():
-                raise RuntimeError("a head with a task BiLSTM (task_lstm_dim > 0) cannot be exported: it packs the "
-                                   "sequences by their lengths, values an exported graph cannot depend on")
+                raise RuntimeError(
+                    "a head with a task BiLSTM (task_lstm_dim > 0) cannot be exported: it packs the "
+                    "sequences by their lengths, values an exported graph cannot depend on"
+                )
             lengths = mask.sum(dim=1).clamp(min=1).cpu()
             packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
             output, _ = self.lstm(packed)
@@ -734,8 +761,9 @@ class ElmoHeadModel(ElmoPreTrainedModel):
             output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
         )
         mask = self.elmo._validated_mask(input_ids, attention_mask)
-        elmo_output = self.elmo(input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True,
-                                word_input_ids=word_input_ids)
+        elmo_output = self.elmo(
+            input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True, word_input_ids=word_input_ids
+        )
         features, penalty = self.task_encoder(elmo_output.hidden_states, mask)
         hidden_states = elmo_output.hidden_states if output_hidden_states else None
         return features.to(mask.device), mask, hidden_states, penalty
@@ -859,8 +887,9 @@ class ElmoForTokenClassification(ElmoHeadModel):
         loss = None
         if labels is not None:
             if labels.shape != mask.shape:
-                raise ValueError(f"labels must have shape {tuple(mask.shape)} (batch, positions), got "
-                                 f"{tuple(labels.shape)}")
+                raise ValueError(
+                    f"labels must have shape {tuple(mask.shape)} (batch, positions), got {tuple(labels.shape)}"
+                )
             labels = labels.masked_fill(~word_positions(input_ids, mask, self.config), -100).to(logits.device)
             loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
             loss = loss + penalty.to(loss.device)
@@ -874,15 +903,22 @@ class ElmoForTokenClassification(ElmoHeadModel):
         output that has `word_ids()`, one `(label, probability)` per word of each sentence, labels from
         `config.id2label`. Batched pairs are not supported.
         """
-        inputs = {key: encoding[key].to(self.device) for key in ("input_ids", "attention_mask", "word_input_ids")
-                  if key in encoding}
+        inputs = {
+            key: encoding[key].to(self.device)
+            for key in ("input_ids", "attention_mask", "word_input_ids")
+            if key in encoding
+        }
         probabilities = self(**inputs).logits.softmax(dim=-1)
         scores, labels = probabilities.max(dim=-1)
         sentences = []
         for row in range(labels.shape[0]):
             words = [(position, word) for position, word in enumerate(encoding.word_ids(row)) if word is not None]
-            sentences.append([(self.config.id2label[labels[row, position].item()], scores[row, position].item())
-                              for position, _ in words])
+            sentences.append(
+                [
+                    (self.config.id2label[labels[row, position].item()], scores[row, position].item())
+                    for position, _ in words
+                ]
+            )
         return sentences
 
 
@@ -997,8 +1033,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         """
         refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         return_dict = return_dict if return_dict is not None else self.config.return_dict
-        outputs = self.elmo(input_ids, attention_mask, output_hidden_states=output_hidden_states, return_dict=True,
-                            word_input_ids=word_input_ids)
+        outputs = self.elmo(
+            input_ids,
+            attention_mask,
+            output_hidden_states=output_hidden_states,
+            return_dict=True,
+            word_input_ids=word_input_ids,
+        )
         forward_loss = backward_loss = loss = forward_logits = backward_logits = None
         if labels is None:
             top, dim = outputs.last_hidden_state, self.config.projection_dim
@@ -1021,8 +1062,12 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             backward_loss = self._direction_loss(backward_states, backward_targets, negatives)
             loss = (forward_loss + backward_loss) / 2
         output = ElmoForPreTrainingOutput(
-            loss=loss, forward_loss=forward_loss, backward_loss=backward_loss, forward_logits=forward_logits,
-            backward_logits=backward_logits, hidden_states=outputs.hidden_states,
+            loss=loss,
+            forward_loss=forward_loss,
+            backward_loss=backward_loss,
+            forward_logits=forward_logits,
+            backward_logits=backward_logits,
+            hidden_states=outputs.hidden_states,
         )
         return output if return_dict else output.to_tuple()
 
@@ -1042,8 +1087,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         if negatives is None:
             return F.cross_entropy(self.softmax(states).float().to(targets.device), targets)
         vocab_size, num_sampled = self.softmax.out_features, negatives.numel()
-        true_logits, sampled_logits = (logits.float().to(targets.device)
-                                       for logits in self.softmax(states, targets, negatives))
+        true_logits, sampled_logits = (
+            logits.float().to(targets.device) for logits in self.softmax(states, targets, negatives)
+        )
         sampled_logits = sampled_logits - log_expected_counts(negatives, vocab_size, num_sampled)
         sampled_logits = sampled_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
         logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)

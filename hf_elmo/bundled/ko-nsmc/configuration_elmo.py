@@ -4,7 +4,6 @@ from transformers import PretrainedConfig
 
 from .alphabet_elmo import CharacterAlphabet
 
-
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
 RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
@@ -196,7 +195,8 @@ class ElmoConfig(PretrainedConfig):
         super().__init__(**kwargs)
 
     def __setattr__(self, key, value):
-        # Checked on every assignment: `from_pretrained(..., recurrence_implementation=...)` sets these after `__init__`.
+        # Checked on every assignment: `from_pretrained(..., recurrence_implementation=...)` sets these after
+        # `__init__`.
         if key == "recurrence_implementation" and value not in RECURRENCE_IMPLEMENTATIONS:
             raise ValueError(f"recurrence_implementation must be one of {RECURRENCE_IMPLEMENTATIONS}, got {value!r}")
         if key == "cpu_matmul" and value not in CPU_MATMULS:
@@ -247,8 +247,12 @@ class ElmoConfig(PretrainedConfig):
 
     def to_original_options(self) -> dict:
         """The original `options.json` content for this config."""
-        lstm = {"dim": self.cell_dim, "n_layers": self.n_layers, "projection_dim": self.projection_dim,
-                "use_skip_connections": self.use_skip_connections}
+        lstm = {
+            "dim": self.cell_dim,
+            "n_layers": self.n_layers,
+            "projection_dim": self.projection_dim,
+            "use_skip_connections": self.use_skip_connections,
+        }
         if self.cell_clip is not None:
             lstm["cell_clip"] = self.cell_clip
         if self.proj_clip is not None:
