@@ -43,12 +43,11 @@ class ElmoConfig(PretrainedConfig):
             candidates (`"blas"`: `torch.mm` on the `(in, out)` kernels; `"onednn"`: oneDNN's linear on a
             prepacked copy) for each product shape on first use, and keeps the fastest for this CPU, thread count
             and torch version in a cache file (`$HF_ELMO_CACHE`, default `~/.cache/hf_elmo`), so that the choice
-            is made once per machine. oneDNN's copies cost memory (+251 MB resident at the original shapes and
-            batch 32); `"blas"` has none. `"blas"` and `"onednn"` name one library. `"int8"` is opt-in reduced
-            precision for small batches, where each step streams its weights: the recurrent and projection kernels
-            quantised per output channel, their products in int8 with dynamically quantised inputs (the top layer's
-            cosine with float32 stays above 0.999 on the models measured in `benchmarks/RESULTS.md`). Ignored off the
-            CPU fast path.
+            is made once per machine. oneDNN's prepacked copies cost resident memory; `"blas"` has none. `"blas"`
+            and `"onednn"` name one library. `"int8"` is opt-in reduced precision for small batches, where each step
+            streams its weights: the recurrent and projection kernels quantised per output channel, their products in
+            int8 with dynamically quantised inputs, which changes the outputs slightly (their cosine with float32 is
+            in `benchmarks/RESULTS.md`). Ignored off the CPU fast path.
 
     Models trained by other code (ELMoForManyLangs) also set:
 
