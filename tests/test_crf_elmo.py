@@ -232,3 +232,21 @@ def test_bio_decoding_never_starts_an_entity_with_i():
     mask = torch.ones(1, 3, dtype=torch.bool)
     assert ConditionalRandomField(len(BIO_LABELS)).decode(emissions, mask).tolist() == [[0, 2, 2]]
     assert ConditionalRandomField(len(BIO_LABELS), allowed).decode(emissions, mask).tolist() == [[0, 1, 2]]
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_gpu_results_match_cpu_and_half_precision_scores_compute_in_float32():
+    allowed = allowed_transitions("BIO", BIO_LABELS)
+    crf = random_crf(len(BIO_LABELS), allowed).float()
+    torch.manual_seed(6)
+    mask = torch.tensor(MASKS, dtype=torch.bool)
+    emissions = torch.randn(*mask.shape, len(BIO_LABELS))
+    labels = emissions.argmax(dim=-1).masked_fill(~mask, -100)
+    on_gpu = crf.to("cuda")
+    loss = on_gpu(emissions.cuda().half(), labels.cuda())
+    assert loss.dtype == torch.float32 and loss.device.type == "cuda"
+    cpu = random_crf(len(BIO_LABELS), allowed).float()
+    torch.testing.assert_close(loss.cpu(), cpu(emissions.half().float(), labels), atol=1e-5, rtol=1e-5)
+    assert torch.equal(on_gpu.decode(emissions.cuda(), mask.cuda()).cpu(), cpu.decode(emissions, mask))
+    torch.testing.assert_close(on_gpu.marginals(emissions.cuda(), mask.cuda()).cpu(), cpu.marginals(emissions, mask))
