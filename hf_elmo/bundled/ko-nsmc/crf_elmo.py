@@ -98,7 +98,7 @@ class ConditionalRandomField(nn.Module):
         num_labels: labels per position.
         allowed (`list[tuple[int, int]]`, *optional*): the pairs of [`allowed_transitions`]; `decode` and `marginals`
             never take another transition. The loss does not apply them (as AllenNLP's): a gold sequence that breaks
-            the scheme (IOB1 data, an entity cut by truncation) would otherwise cost an infinite loss.
+            the scheme (IOB1 data under BIO, an entity cut by truncation under BIOES) would cost an infinite loss.
     """
 
     def __init__(self, num_labels: int, allowed: list[tuple[int, int]] | None = None):
