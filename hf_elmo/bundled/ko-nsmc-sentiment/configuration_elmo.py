@@ -3,6 +3,7 @@
 from transformers import PretrainedConfig
 
 from .alphabet_elmo import CharacterAlphabet
+from .crf_elmo import LABEL_SCHEMES
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
@@ -78,6 +79,10 @@ class ElmoConfig(PretrainedConfig):
         pooling (`str`): how `ElmoForSequenceClassification` pools the words: `"mean"`, `"max"` or `"mean_max"`.
         pair_classification (`bool`): `ElmoForSequenceClassification` pools the two sentences marked by
             `token_type_ids` separately and classifies `[u ; v ; |u - v| ; u * v]`.
+        use_crf (`bool`): `ElmoForTokenClassification` puts a linear-chain CRF over its per-word scores: the loss
+            is the CRF's negative log-likelihood and the prediction the Viterbi path (see `crf_elmo.py`).
+        crf_constraint (`str`, *optional*): with `use_crf`, the label scheme of `id2label` (`"BIO"` or `"BIOES"`)
+            whose illegal transitions (such as `O` -> `I-PER`) decoding never takes; `None` for none.
 
     `ElmoForPreTraining` also reads:
 
@@ -118,6 +123,8 @@ class ElmoConfig(PretrainedConfig):
         task_lstm_dim=0,
         pooling="mean",
         pair_classification=False,
+        use_crf=False,
+        crf_constraint=None,
         word_vocab_size=None,
         n_negative_samples=None,
         char_vocab_size=None,
@@ -182,6 +189,8 @@ class ElmoConfig(PretrainedConfig):
         self.task_lstm_dim = task_lstm_dim
         self.pooling = pooling
         self.pair_classification = pair_classification
+        self.use_crf = use_crf
+        self.crf_constraint = crf_constraint
         self.word_vocab_size = word_vocab_size
         self.n_negative_samples = n_negative_samples
         self.char_vocab_size = char_vocab_size
@@ -200,6 +209,8 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"recurrence_implementation must be one of {RECURRENCE_IMPLEMENTATIONS}, got {value!r}")
         if key == "cpu_matmul" and value not in CPU_MATMULS:
             raise ValueError(f"cpu_matmul must be one of {CPU_MATMULS}, got {value!r}")
+        if key == "crf_constraint" and value is not None and value not in LABEL_SCHEMES:
+            raise ValueError(f"crf_constraint must be one of {tuple(LABEL_SCHEMES)} or None, got {value!r}")
         super().__setattr__(key, value)
 
     @property
