@@ -12,7 +12,12 @@ import torch
 from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
 from hf_elmo import ElmoModel, kernels_elmo
-from hf_elmo.kernels_elmo import ElmoLstmLayerFunction, gate_chunks, lstm_layer_with_handwritten_backward
+from hf_elmo.kernels_elmo import (
+    ElmoLstmLayerFunction,
+    blas_product,
+    gate_chunks,
+    lstm_layer_with_handwritten_backward,
+)
 from hf_elmo.modeling_elmo import ElmoBiLm, ElmoLstmLayer, lstm_layer_reference
 
 
@@ -313,6 +318,7 @@ def test_handwritten_backward_passes_gradcheck(projected):
     def layer_function(inputs, hidden, memory, *parameters):
         projection_kernel = parameters[3] if projected else None
         return ElmoLstmLayerFunction.apply(
+            lambda kernel, rows: blas_product(kernel),
             inputs,
             mask,
             hidden,
