@@ -454,13 +454,11 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
     One layer of one direction, as the reference recurrence, with a hand-written backward through time for training.
 
     Both passes run on the valid positions alone ([`PackedSteps`]): padding costs no arithmetic, whatever the batch's
-    spread of lengths. A step does only what the recurrence needs, in place; whatever can wait is done once for all
-    positions. The forward takes the input gates of every position in one product and saves, per position, the
-    activated gates, the states before and after each clip and `tanh` of the memory. The backward first takes every
-    position's local derivatives in a few products over all positions, then walks the steps in reverse for the
-    gradients of the gates and of the state, and takes each weight's gradient as one product over all positions
-    (autograd through the reference loop adds a product into each weight's gradient at every step). A row's state
-    gradient waits, untouched, until the backward reaches the row's last valid step.
+    spread of lengths. The forward takes the input gates of every position in one product and saves, per position,
+    the activated gates, the states before and after each clip and `tanh` of the memory. The backward walks the steps
+    in reverse for the gradients of the gates and of the state, then takes each weight's gradient as one product over
+    all positions (autograd through the reference loop adds a product into each weight's gradient at every step). A
+    row's state gradient waits, untouched, until the backward reaches the row's last valid step.
     """
 
     @staticmethod
@@ -569,28 +567,6 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         layout, (cell_clip, proj_clip) = ctx.layout, ctx.clips
         cell = packed_memory.shape[-1]
         first_rows = layout.running[0] if layout.running else 0
-        previous_rows = layout.previous_rows()  # the state each position's step read, after the initial one
-        in_gate, forget_gate, cell_input, out_gate = gates.split(cell, dim=-1)
-
-        # Local derivatives of every position, in products over all positions. `torch.clamp` passes the gradient
-        # where its input is within the bounds, boundaries included.
-        memory_in_clip = unclipped_memory.abs() <= cell_clip if cell_clip is not None else None
-        hidden_in_clip = unclipped_hidden.abs() <= proj_clip if proj_clip is not None else None
-        # d(hidden)/d(memory) per unit of the cell output's gradient: out * tanh'(memory).
-        memory_from_output = out_gate - out_gate * memory_tanh.square()
-        # d(memory)/d(input, forget, cell input gates before activation) per unit of the memory's gradient.
-        previous_memory = torch.cat([initial_memory[:first_rows], packed_memory[previous_rows]])
-        memory_from_gates = torch.cat(
-            [
-                cell_input * (in_gate - in_gate.square()),
-                previous_memory * (forget_gate - forget_gate.square()),
-                in_gate * (1.0 - cell_input.square()),
-            ],
-            dim=-1,
-        ).unflatten(1, (3, cell))
-        # d(cell output)/d(output gate before activation) per unit of the cell output's gradient.
-        output_from_out_gate = memory_tanh * (out_gate - out_gate.square())
-
         # The backward's products multiply by the transposed kernels, copied once so that each is contiguous.
         recurrent_transposed = recurrent_kernel.t().contiguous()
         recurrent_products = {rows: ctx.product(recurrent_transposed, rows) for rows in set(layout.running)}
@@ -604,29 +580,44 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         gates_grad = torch.empty_like(gates)
         # Per sorted row, the gradient of its state after the step being walked (the final state's until then).
         hidden_grad, memory_grad = hidden_grad[layout.order], memory_grad[layout.order]
+        # Each step's derivatives are taken within the step, on rows still in cache: passes over all positions at
+        # once cost more memory traffic than they save in calls.
         for step in reversed(range(len(layout.running))):
             rows = layout.running[step]
             here = slice(layout.starts[step], layout.starts[step] + rows)
+            if step > 0:
+                previous_memory = packed_memory[layout.starts[step - 1] : layout.starts[step - 1] + rows]
+            else:
+                previous_memory = initial_memory[:rows]
+            in_gate, forget_gate, cell_input, out_gate = gates[here].split(cell, dim=-1)
+            in_grad, forget_grad, cell_input_grad, out_grad = gates_grad[here].split(cell, dim=-1)
             new_hidden_grad = new_hidden_grads[here].add_(hidden_grad[:rows])
-            if hidden_in_clip is not None:
-                new_hidden_grad.mul_(hidden_in_clip[here])
+            # `torch.clamp` passes the gradient where it left its input unchanged (boundaries included).
+            if proj_clip is not None:
+                new_hidden_grad.mul_(unclipped_hidden[here] == packed_hidden[here])
             if projection_kernel is not None:
                 cell_output_grad = cell_output_grads[:rows]
                 projection_products[rows](new_hidden_grad, cell_output_grad, False)
             else:
                 cell_output_grad = new_hidden_grad
-            new_memory_grad = memory_grad[:rows].addcmul_(cell_output_grad, memory_from_output[here])
-            if memory_in_clip is not None:
-                new_memory_grad.mul_(memory_in_clip[here])
-            step_gates_grad = gates_grad[here]
-            torch.mul(
-                memory_from_gates[here],
-                new_memory_grad.unsqueeze(1),
-                out=step_gates_grad[:, : 3 * cell].unflatten(1, (3, cell)),
+            step_tanh = memory_tanh[here]
+            through_tanh = cell_output_grad * out_gate
+            new_memory_grad = (
+                memory_grad[:rows].add_(through_tanh).addcmul_(through_tanh * step_tanh, step_tanh, value=-1)
             )
-            torch.mul(cell_output_grad, output_from_out_gate[here], out=step_gates_grad[:, 3 * cell :])
-            recurrent_products[rows](step_gates_grad, hidden_grad[:rows], False)
-            new_memory_grad.mul_(forget_gate[here])  # the memory before this step, through the forget gate
+            if cell_clip is not None:
+                new_memory_grad.mul_(unclipped_memory[here] == packed_memory[here])
+            # Each gate's gradient before its activation: sigmoid' = s - s^2, tanh' = 1 - t^2.
+            torch.mul(cell_output_grad, step_tanh, out=out_grad).mul_(out_gate)
+            out_grad.addcmul_(out_grad, out_gate, value=-1)
+            torch.mul(new_memory_grad, cell_input, out=in_grad).mul_(in_gate)
+            in_grad.addcmul_(in_grad, in_gate, value=-1)
+            torch.mul(new_memory_grad, previous_memory, out=forget_grad).mul_(forget_gate)
+            forget_grad.addcmul_(forget_grad, forget_gate, value=-1)
+            torch.mul(new_memory_grad, in_gate, out=cell_input_grad)
+            cell_input_grad.addcmul_(cell_input_grad * cell_input, cell_input, value=-1)
+            recurrent_products[rows](gates_grad[here], hidden_grad[:rows], False)
+            new_memory_grad.mul_(forget_gate)  # the memory before this step, through the forget gate
 
         needs_grad = ctx.needs_input_grad
         restore = torch.argsort(layout.order)
@@ -636,7 +627,8 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         if needs_grad[5]:
             input_kernel_grad = packed_inputs.t() @ gates_grad
         if needs_grad[6]:
-            previous_hidden = torch.cat([initial_hidden[:first_rows], packed_hidden[previous_rows]])
+            # The state each position's step read: the initial one at step 0, else the row's output a step before.
+            previous_hidden = torch.cat([initial_hidden[:first_rows], packed_hidden[layout.previous_rows()]])
             recurrent_kernel_grad = previous_hidden.t() @ gates_grad
         if needs_grad[7]:
             bias_grad = gates_grad.sum(dim=0)
