@@ -12,7 +12,13 @@ from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
 from .crf_elmo import ConditionalRandomField, allowed_transitions
-from .kernels_elmo import dispatch, lstm_layer_in_place, lstm_layer_with_handwritten_backward, max_pooled_by_matmul
+from .kernels_elmo import (
+    dispatch,
+    distinct_rows,
+    lstm_layer_in_place,
+    lstm_layer_with_handwritten_backward,
+    max_pooled_by_matmul,
+)
 
 # What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
 # `trust_remote_code=True` from the code files saved beside the weights.
@@ -475,19 +481,24 @@ class ElmoModel(ElmoPreTrainedModel):
         flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
         if word_input_ids is not None:  # a word is its row and its word id: the id rides along as a last column
             flat_ids = torch.cat([flat_ids, word_input_ids.reshape(-1, 1).to(flat_ids.dtype)], dim=-1)
+
+        def encode(ids: torch.Tensor) -> torch.Tensor:
+            if word_input_ids is None:
+                return self.char_encoder(ids)
+            return self.char_encoder(ids[:, :-1], ids[:, -1])
+
         if torch.compiler.is_exporting() or torch.compiler.is_compiling():
             # The number of distinct words is data-dependent: a traced graph encodes every position.
-            distinct_ids, where = flat_ids, None
-        else:
-            distinct_ids, where = torch.unique(flat_ids, dim=0, return_inverse=True)
-        if word_input_ids is None:
-            embedded = self.char_encoder(distinct_ids)
-        else:
-            embedded = self.char_encoder(distinct_ids[:, :-1], distinct_ids[:, -1])
-        if where is not None:
-            # Under a `device_map` the encoder returns on its own device.
-            embedded = embedded.to(where.device)[where]
-        return embedded.view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
+            return encode(flat_ids).view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
+        valid = mask.reshape(-1).bool()
+        distinct_ids, where = distinct_rows(flat_ids[valid])
+        # Under a `device_map` the encoder returns on its own device.
+        embedded = encode(distinct_ids).to(where.device)[where]
+        return (
+            embedded.new_zeros(len(valid), embedded.shape[-1])
+            .index_put((valid,), embedded)
+            .view(*input_ids.shape[:2], -1)
+        )
 
     def _validated_word_inputs(self, input_ids: torch.Tensor, word_input_ids: torch.Tensor | None):
         """`word_input_ids` checked against the config: needed exactly when the model reads a word embedding."""
@@ -1089,10 +1100,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 if not isinstance(num_sampled, int) or num_sampled < 1:
                     raise ValueError("training ElmoForPreTraining needs config.n_negative_samples (an int >= 1)")
                 negatives = sample_log_uniform(num_sampled, self.softmax.out_features, labels.device)
-            forward_loss = self._direction_loss(forward_states, labels[:, 1:], negatives)
             # A padded position's backward state must not predict the last word of its row.
             backward_targets = labels[:, :-1].masked_fill(~valid[:, 1:], -100)
-            backward_loss = self._direction_loss(backward_states, backward_targets, negatives)
+            forward_loss, backward_loss = self._direction_losses(
+                (forward_states, backward_states), (labels[:, 1:], backward_targets), negatives
+            )
             loss = (forward_loss + backward_loss) / 2
         output = ElmoForPreTrainingOutput(
             loss=loss,
@@ -1109,16 +1121,30 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         dim = self.config.projection_dim
         return top_layer[:, :-1, :dim], top_layer[:, 1:, dim:]
 
-    def _direction_loss(self, states: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor | None):
-        """Mean NLL of `targets` `(batch, T-1)` given `states` `(batch, T-1, P)`; sampled when `negatives` is given."""
-        keep = targets != -100
-        states, targets = states[keep], targets[keep]
-        if targets.numel() == 0:
+    def _direction_losses(
+        self,
+        states: tuple[torch.Tensor, torch.Tensor],
+        targets: tuple[torch.Tensor, torch.Tensor],
+        negatives: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """
+        Mean NLL of each direction's `targets` `(batch, T-1)` given its `states` `(batch, T-1, P)`; sampled when
+        `negatives` is given. Both directions go through the softmax together: one lookup of the rows they use.
+        """
+        keeps = [direction_targets != -100 for direction_targets in targets]
+        states = torch.cat([direction_states[keep] for direction_states, keep in zip(states, keeps)])
+        counts = [int(keep.sum()) for keep in keeps]
+        targets = torch.cat([direction_targets[keep] for direction_targets, keep in zip(targets, keeps)])
+        if min(counts) == 0:
             raise ValueError("labels leave no word to predict")
         if targets.min() < 0 or targets.max() >= self.softmax.out_features:
             raise ValueError(f"labels must be word ids in [0, {self.softmax.out_features}) or -100")
         if negatives is None:
-            return F.cross_entropy(self.softmax(states).float().to(targets.device), targets)
+            # The exact softmax's logits span the vocabulary: one direction at a time.
+            return tuple(
+                F.cross_entropy(self.softmax(part).float().to(targets.device), part_targets)
+                for part, part_targets in zip(states.split(counts), targets.split(counts))
+            )
         vocab_size, num_sampled = self.softmax.out_features, negatives.numel()
         true_logits, sampled_logits = (
             logits.float().to(targets.device) for logits in self.softmax(states, targets, negatives)
@@ -1126,7 +1152,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         sampled_logits = sampled_logits - log_expected_counts(negatives, vocab_size, num_sampled)
         sampled_logits = sampled_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
         logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
-        return F.cross_entropy(logits, torch.zeros_like(targets))
+        losses = F.cross_entropy(logits, torch.zeros_like(targets), reduction="none")
+        forward_losses, backward_losses = losses.split(counts)
+        return forward_losses.mean(), backward_losses.mean()
 
     @torch.no_grad()
     def word_log_probs(
