@@ -1,6 +1,7 @@
 """ELMo configuration: every option of the original `options.json`, and of ELMoForManyLangs' models."""
 
 from transformers import PretrainedConfig
+from transformers.utils import logging
 
 from .alphabet_elmo import CharacterAlphabet
 from .crf_elmo import LABEL_SCHEMES
@@ -11,6 +12,10 @@ RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
 # The matrix products of the fast CPU recurrence (see `kernels_elmo.step_product`): "auto" measures which float32
 # library is fastest on this machine for each shape, once; "int8" is the opt-in reduced-precision mode.
 CPU_MATMULS = ("auto", "blas", "onednn", "int8")
+# How this machine computes the model, not what the model is: never written to config.json (see `ElmoConfig`).
+MACHINE_SETTINGS = ("recurrence_implementation", "cpu_matmul")
+
+logger = logging.get_logger(__name__)
 
 
 class ElmoConfig(PretrainedConfig):
@@ -49,6 +54,13 @@ class ElmoConfig(PretrainedConfig):
             streams its weights: the recurrent and projection kernels quantised per output channel, their products in
             int8 with dynamically quantised inputs, which changes the outputs slightly (their cosine with float32 is
             in `benchmarks/RESULTS.md`). Ignored off the CPU fast path.
+
+    `recurrence_implementation` and `cpu_matmul` are machine settings: they choose how this machine computes the
+    model, not what the model computes, so they are never written to `config.json` (as transformers leaves out
+    `attn_implementation`) and a loaded model runs with "auto" unless told otherwise. Choose them when loading
+    (`ElmoModel.from_pretrained(folder, cpu_matmul="int8")`) or on a loaded model's config
+    (`model.config.cpu_matmul = "int8"`); both are checked against the allowed values. A `config.json` written by
+    earlier versions, which saved them, is read without them (with a warning where it held another value than "auto").
 
     Models trained by other code (ELMoForManyLangs) also set:
 
@@ -201,6 +213,28 @@ class ElmoConfig(PretrainedConfig):
         self.highway_gate = highway_gate
         self.always_project = always_project
         super().__init__(**kwargs)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "ElmoConfig":
+        """As transformers' `from_dict` (which every `from_pretrained` reads a saved config through), minus the
+        machine settings earlier versions saved: keyword arguments still set them."""
+        # Stored values are not honoured: they were the choice of the machine that saved the folder (every such folder
+        # carries both, "auto" unless that machine changed them), and a stored "int8" or "onednn" would fail on a GPU
+        # or a torch without oneDNN, or change the numbers unasked ("int8"). The loading machine chooses, as for a
+        # folder saved now.
+        for key in MACHINE_SETTINGS:
+            if config_dict.get(key, "auto") != "auto" and key not in kwargs:
+                logger.warning(
+                    f"this config.json sets {key}={config_dict[key]!r}, a machine setting no longer read from saved "
+                    f"configs: pass {key}={config_dict[key]!r} to from_pretrained to use it"
+                )
+        config_dict = {key: value for key, value in config_dict.items() if key not in MACHINE_SETTINGS}
+        return super().from_dict(config_dict, **kwargs)
+
+    def to_dict(self) -> dict:
+        """As transformers' `to_dict` (which `save_pretrained` and `to_json_string` write), without the machine
+        settings."""
+        return {key: value for key, value in super().to_dict().items() if key not in MACHINE_SETTINGS}
 
     def __setattr__(self, key, value):
         # Checked on every assignment: `from_pretrained(..., recurrence_implementation=...)` sets these after

@@ -1,6 +1,8 @@
 import json
+import logging
 
 import pytest
+from transformers import AutoConfig
 
 from hf_elmo import ElmoConfig
 
@@ -35,17 +37,66 @@ def test_save_and_load(tmp_path):
     assert loaded.to_original_options() == config.to_original_options()
 
 
-def test_run_time_options_are_saved_and_stay_out_of_the_original_options(tmp_path):
+def test_forget_bias_is_saved_and_stays_out_of_the_original_options(tmp_path):
     config = ElmoConfig(forget_bias=0.0, recurrence_implementation="reference")
     assert ElmoConfig().forget_bias == 1.0 and ElmoConfig().recurrence_implementation == "auto"
     config.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
-    assert saved["forget_bias"] == 0.0 and saved["recurrence_implementation"] == "reference"
+    assert saved["forget_bias"] == 0.0
     loaded = ElmoConfig.from_pretrained(tmp_path)
-    assert (loaded.forget_bias, loaded.recurrence_implementation) == (0.0, "reference")
+    assert loaded.forget_bias == 0.0
     assert config.to_original_options() == ElmoConfig().to_original_options()
     with pytest.raises(ValueError, match="recurrence_implementation"):
         loaded.recurrence_implementation = "fast"
+
+
+@pytest.mark.parametrize("setting, value", [("recurrence_implementation", "reference"), ("cpu_matmul", "int8")])
+def test_machine_settings_are_chosen_at_load_and_never_saved(tmp_path, setting, value):
+    config = ElmoConfig(**{setting: value})
+    assert getattr(config, setting) == value
+    for written in (config.to_dict(), json.loads(config.to_json_string()), json.loads(config.to_json_string(False))):
+        assert setting not in written
+    config.save_pretrained(tmp_path)
+    assert setting not in json.loads((tmp_path / "config.json").read_text())
+    assert getattr(ElmoConfig.from_pretrained(tmp_path), setting) == "auto"
+    for loader in (ElmoConfig, AutoConfig):
+        assert getattr(loader.from_pretrained(tmp_path, **{setting: value}), setting) == value
+    with pytest.raises(ValueError, match=f"^{setting} must be one of .*, got 'fast'$"):
+        ElmoConfig.from_pretrained(tmp_path, **{setting: "fast"})
+    loaded = ElmoConfig.from_pretrained(tmp_path)
+    setattr(loaded, setting, value)  # on a loaded config, checked likewise
+    assert getattr(loaded, setting) == value and setting not in loaded.to_dict()
+    with pytest.raises(ValueError, match=f"^{setting} must be one of .*, got 'fast'$"):
+        setattr(loaded, setting, "fast")
+
+
+def test_config_json_of_earlier_versions_loads_without_its_machine_settings(tmp_path, caplog):
+    """Earlier versions wrote both settings into every config.json ("auto" unless changed): the loading machine
+    chooses instead, and a stored value other than "auto" is named in a warning."""
+    ElmoConfig(forget_bias=0.0).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    saved = json.loads(path.read_text())
+    path.write_text(json.dumps({**saved, "recurrence_implementation": "auto", "cpu_matmul": "auto"}))
+    with caplog.at_level(logging.WARNING):
+        loaded = AutoConfig.from_pretrained(tmp_path)
+    assert (loaded.recurrence_implementation, loaded.cpu_matmul, loaded.forget_bias) == ("auto", "auto", 0.0)
+    assert not caplog.records
+
+    path.write_text(json.dumps({**saved, "recurrence_implementation": "reference", "cpu_matmul": "int8"}))
+    with caplog.at_level(logging.WARNING):
+        loaded = ElmoConfig.from_pretrained(tmp_path)
+    assert (loaded.recurrence_implementation, loaded.cpu_matmul) == ("auto", "auto")
+    assert [record.getMessage() for record in caplog.records] == [
+        "this config.json sets recurrence_implementation='reference', a machine setting no longer read from saved "
+        "configs: pass recurrence_implementation='reference' to from_pretrained to use it",
+        "this config.json sets cpu_matmul='int8', a machine setting no longer read from saved configs: pass "
+        "cpu_matmul='int8' to from_pretrained to use it",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        chosen = ElmoConfig.from_pretrained(tmp_path, recurrence_implementation="reference", cpu_matmul="blas")
+    assert (chosen.recurrence_implementation, chosen.cpu_matmul) == ("reference", "blas") and not caplog.records
+    assert "cpu_matmul" not in chosen.to_dict()
 
 
 @pytest.mark.parametrize(
