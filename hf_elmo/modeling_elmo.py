@@ -225,16 +225,24 @@ class ElmoBiLm(nn.Module):
         self.backward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
 
     def forward(
-        self, tokens: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor,
+        hidden: torch.Tensor,
+        memory: torch.Tensor,
+        backward_tokens: torch.Tensor | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """
         `tokens` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool, right-padded; `hidden`, `memory` the
-        initial state `(n_layers, 2, batch, dim)`. Returns the `n_layers + 1` layers `[forward ; backward]` (the
-        first `[tokens ; tokens]`) and the final state in the layout of the initial one. Each layer reads its input
-        from the layer returned before it, so that the returned layers are the tensors of the autograd graph.
+        initial state `(n_layers, 2, batch, dim)`; `backward_tokens`, in text order like `tokens`, what the backward
+        stacks read instead (in [`ElmoModel.windowed_hidden_states`] the two stacks read different windows). Returns
+        the `n_layers + 1` layers `[forward ; backward]` in text order (the first `[tokens ; backward_tokens]`) and
+        the final state in the layout of the initial one. Each layer reads its input from the layer returned before
+        it, so that the returned layers are the tensors of the autograd graph.
         """
+        backward_tokens = tokens if backward_tokens is None else backward_tokens
         lengths = mask.sum(dim=1)
-        layers = [torch.cat([tokens, tokens], dim=-1)]
+        layers = [torch.cat([tokens, backward_tokens], dim=-1)]
         final_hidden, final_memory = [], []
         for index in range(len(self.forward_layers)):
             forward_input = layers[-1][..., : self.projection_dim]
@@ -246,31 +254,6 @@ class ElmoBiLm(nn.Module):
             final_hidden.append(layer_hidden)
             final_memory.append(layer_memory)
         return layers, torch.stack(final_hidden), torch.stack(final_memory)
-
-    def run_stacks(
-        self,
-        forward_input: torch.Tensor,
-        backward_input: torch.Tensor,
-        mask: torch.Tensor,
-        hidden: torch.Tensor,
-        memory: torch.Tensor,
-    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]:
-        """
-        The two stacks, each on its input in its own reading order `(batch, steps, projection_dim)` (the backward
-        one reversed within each row's valid steps), under one `mask`. Returns each layer's `(forward_output,
-        backward_output)` in those orders and the final state in the layout of the initial one.
-        """
-        final_hidden, final_memory = [], []
-        layer_outputs = []
-        for index in range(len(self.forward_layers)):
-            outputs, layer_hidden, layer_memory = self.run_layer(
-                index, forward_input, backward_input, mask, hidden[index], memory[index]
-            )
-            layer_outputs.append(outputs)
-            final_hidden.append(layer_hidden)
-            final_memory.append(layer_memory)
-            forward_input, backward_input = outputs
-        return layer_outputs, torch.stack(final_hidden), torch.stack(final_memory)
 
     def run_layer(
         self,
@@ -588,20 +571,26 @@ class ElmoModel(ElmoPreTrainedModel):
         word_chunks = word_input_ids.split(window) if word_input_ids is not None else [None] * len(chunks)
         tokens = torch.cat([self.char_encoder(chunk, words) for chunk, words in zip(chunks, word_chunks)])
         hidden, memory = self._validated_state(None, 1, tokens.device)
-        # Window k of each direction in its reading order: both splits give windows of the same lengths.
-        window_outputs = []
+        # Window k of each direction in its reading order: both splits give windows of the same lengths. The backward
+        # stacks' window is handed over in text order, so its layers come back in text order too.
+        window_layers = []
         for forward_window, backward_window in zip(tokens.split(window), tokens.flip(0).split(window)):
             mask = torch.ones(1, len(forward_window), dtype=torch.bool, device=tokens.device)
-            layer_outputs, hidden, memory = self.bilm.run_stacks(
-                forward_window[None], backward_window[None], mask, hidden, memory
+            layers, hidden, memory = self.bilm(
+                forward_window[None], mask, hidden, memory, backward_window.flip(0)[None]
             )
-            window_outputs.append(layer_outputs)
-        lstm_layers = []
-        for index in range(self.config.n_layers):
-            forward_output = torch.cat([outputs[index][0][0] for outputs in window_outputs])
-            backward_output = torch.cat([outputs[index][1][0] for outputs in window_outputs]).flip(0)
-            lstm_layers.append(torch.cat([forward_output, backward_output], dim=-1))
-        return (torch.cat([tokens, tokens], dim=-1), *lstm_layers)
+            window_layers.append([layer[0] for layer in layers])
+        dim = self.config.projection_dim
+        return tuple(
+            torch.cat(
+                [
+                    torch.cat([layers[index][:, :dim] for layers in window_layers]),
+                    torch.cat([layers[index][:, dim:] for layers in reversed(window_layers)]),
+                ],
+                dim=-1,
+            )
+            for index in range(self.config.num_representation_layers)
+        )
 
     def sentence_embedding(
         self,
