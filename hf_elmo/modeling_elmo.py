@@ -394,6 +394,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
             "character; or a learned vocabulary saved with its tokenizer): there are no word tokens to resize"
         )
 
+    def _wants_hidden_states(self, output_hidden_states: bool | None) -> bool:
+        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
+    def _returned(self, output: ModelOutput, return_dict: bool | None) -> ModelOutput | tuple:
+        """`output`, or its tuple when `return_dict` (by default `config.return_dict`) is False."""
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`."""
         if self.is_remote_code():
@@ -528,11 +535,7 @@ class ElmoModel(ElmoPreTrainedModel):
             word_input_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word id of every
                 position, for models with a word-embedding input (`config.word_input_vocab_size`); from the tokenizer.
         """
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
         refuse_attention_and_embeddings(inputs_embeds, output_attentions)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         mask = self._validated_mask(input_ids, attention_mask)
         hidden, memory = self._validated_state(initial_state, input_ids.shape[0], input_ids.device)
         word_input_ids = self._validated_word_inputs(input_ids, word_input_ids)
@@ -543,10 +546,10 @@ class ElmoModel(ElmoPreTrainedModel):
 
         output = ElmoModelOutput(
             last_hidden_state=all_layers[-1],
-            hidden_states=all_layers if output_hidden_states else None,
+            hidden_states=all_layers if self._wants_hidden_states(output_hidden_states) else None,
             final_state=(final_hidden, final_memory) if return_final_state else None,
         )
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
     @torch.no_grad()
     def windowed_hidden_states(
@@ -617,7 +620,7 @@ class ElmoModel(ElmoPreTrainedModel):
         if weights.shape != (len(layers),):
             raise ValueError(f"layer_weights needs {len(layers)} values, got shape {tuple(weights.shape)}")
         mixed = sum(weight * layer for weight, layer in zip(weights, layers))
-        mask = self._validated_mask(input_ids, attention_mask)
+        mask = valid_positions(input_ids, attention_mask)
         return masked_pool(mixed, word_positions(input_ids, mask, self.config), "mean")
 
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -629,15 +632,12 @@ class ElmoModel(ElmoPreTrainedModel):
             )
         if input_ids.shape[0] == 0:
             raise ValueError("cannot run on an empty batch")
-        if attention_mask is None:
-            mask = (input_ids > 0).any(dim=-1)
-        else:
-            if attention_mask.shape != input_ids.shape[:2]:
-                raise ValueError(
-                    f"attention_mask shape {tuple(attention_mask.shape)} does not match input_ids "
-                    f"{tuple(input_ids.shape[:2])}"
-                )
-            mask = attention_mask.bool()
+        if attention_mask is not None and attention_mask.shape != input_ids.shape[:2]:
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} does not match input_ids "
+                f"{tuple(input_ids.shape[:2])}"
+            )
+        mask = valid_positions(input_ids, attention_mask)
         lengths = mask.sum(dim=1, keepdim=True)
         # An exported or compiled graph cannot raise on values: the check runs in eager mode only.
         exporting = torch.compiler.is_exporting() or torch.compiler.is_compiling()
@@ -661,6 +661,14 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"({tuple(hidden.shape)}, {tuple(memory.shape)})"
             )
         return hidden.to(dtype), memory.to(dtype)
+
+
+def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """
+    `(batch, positions)` bool: `attention_mask`, or where absent the positions whose row holds a character. Not
+    checked: [`ElmoModel`] checks it on every call.
+    """
+    return (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
 
 
 def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor, config: ElmoConfig) -> torch.Tensor:
@@ -753,20 +761,25 @@ class ElmoHeadModel(ElmoPreTrainedModel):
         self.elmo.requires_grad_(not self.config.freeze_bilm)
         self.task_encoder.mix.scalar_parameters.requires_grad_(self.config.mix_weights is None)
 
-    def _encode(self, input_ids, attention_mask, output_hidden_states, word_input_ids=None):
+    def _encode(
+        self, input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
+    ):
         """
-        The task features `(batch, positions, dim)`, the valid mask, the biLM's layers when asked for, and the mix's
-        L2 penalty.
+        The part every head's `forward` shares (the arguments as there): the task features `(batch, positions, dim)`,
+        the valid mask, the biLM's layers when asked for, and the mix's L2 penalty.
         """
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        mask = self.elmo._validated_mask(input_ids, attention_mask)
         elmo_output = self.elmo(
-            input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True, word_input_ids=word_input_ids
+            input_ids,
+            attention_mask,
+            output_hidden_states=True,
+            return_dict=True,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            word_input_ids=word_input_ids,
         )
+        mask = valid_positions(input_ids, attention_mask)
         features, penalty = self.task_encoder(elmo_output.hidden_states, mask)
-        hidden_states = elmo_output.hidden_states if output_hidden_states else None
+        hidden_states = elmo_output.hidden_states if self._wants_hidden_states(output_hidden_states) else None
         return features.to(mask.device), mask, hidden_states, penalty
 
 
@@ -804,10 +817,8 @@ class ElmoForSequenceClassification(ElmoHeadModel):
                 targets for regression / multi-label classification, following `config.problem_type`.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
-        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         features, mask, hidden_states, penalty = self._encode(
-            input_ids, attention_mask, output_hidden_states, word_input_ids
+            input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
         )
         words = word_positions(input_ids, mask, self.config)
         if self.config.pair_classification:
@@ -826,7 +837,7 @@ class ElmoForSequenceClassification(ElmoHeadModel):
             loss = self._classification_loss(logits, labels.to(logits.device))
             loss = loss + penalty.to(loss.device)
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of `config.problem_type`, inferred from `num_labels` and the labels' dtype when unset."""
@@ -888,10 +899,8 @@ class ElmoForTokenClassification(ElmoHeadModel):
                 (and any label at a boundary or padded position) is ignored.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
-        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         features, mask, hidden_states, penalty = self._encode(
-            input_ids, attention_mask, output_hidden_states, word_input_ids
+            input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
         )
         logits = self.classifier(features)
 
@@ -908,7 +917,7 @@ class ElmoForTokenClassification(ElmoHeadModel):
                 loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
             loss = loss + penalty.to(loss.device)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
     @torch.no_grad()
     def decode(self, logits: torch.Tensor, word_mask: torch.Tensor) -> torch.LongTensor:
@@ -1064,13 +1073,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 (`batch * positions * word_vocab_size` floats each) instead of the losses.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
-        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         outputs = self.elmo(
             input_ids,
             attention_mask,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
             word_input_ids=word_input_ids,
         )
         forward_loss = backward_loss = loss = forward_logits = backward_logits = None
@@ -1080,7 +1089,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         else:
             if labels.shape != input_ids.shape[:2]:
                 raise ValueError(f"labels must have shape {tuple(input_ids.shape[:2])}, got {tuple(labels.shape)}")
-            valid = self.elmo._validated_mask(input_ids, attention_mask)
+            valid = valid_positions(input_ids, attention_mask)
             labels = labels.masked_fill(~valid, -100)
             forward_states, backward_states = self._direction_states(outputs.last_hidden_state)
             negatives = None
@@ -1103,7 +1112,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             backward_logits=backward_logits,
             hidden_states=outputs.hidden_states,
         )
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
     def _direction_states(self, top_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The forward LM's states at positions `0..T-2` and the backward LM's at `1..T-1`, each `(batch, T-1, P)`."""
