@@ -20,16 +20,6 @@ from .kernels_elmo import (
     max_pooled_by_matmul,
 )
 
-# What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
-# `trust_remote_code=True` from the code files saved beside the weights.
-AUTO_MAP = {
-    "AutoConfig": "configuration_elmo.ElmoConfig",
-    "AutoModel": "modeling_elmo.ElmoModel",
-    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
-    "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
-}
-
 
 @dataclass
 class ElmoModelOutput(ModelOutput):
@@ -1165,6 +1155,20 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         output = self(input_ids, attention_mask, return_dict=True)
         return output.forward_logits.float().log_softmax(-1), output.backward_logits.float().log_softmax(-1)
 
+
+# The model class each Auto class gives for an ELMo config: `import hf_elmo` registers them.
+AUTO_CLASSES = {
+    "AutoModel": ElmoModel,
+    "AutoModelForSequenceClassification": ElmoForSequenceClassification,
+    "AutoModelForTokenClassification": ElmoForTokenClassification,
+    "AutoModelForPreTraining": ElmoForPreTraining,
+}
+# What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
+# `trust_remote_code=True` from the code files saved beside the weights.
+AUTO_MAP = {
+    "AutoConfig": "configuration_elmo.ElmoConfig",
+    **{auto_class: f"modeling_elmo.{model_class.__name__}" for auto_class, model_class in AUTO_CLASSES.items()},
+}
 
 __all__ = [
     "ElmoModel",
