@@ -45,6 +45,7 @@ LEARNED_BOUNDARY_WORDS = ("<bos>", "<eos>")
 # The roles a learned alphabet's markers play, and the symbols ELMoForManyLangs' `char.dic` names them by.
 MARKER_ROLES = ("begin_of_sentence", "end_of_sentence", "begin_of_word", "end_of_word", "padding", "unknown")
 MARKER_SYMBOLS = ("<bos>", "<eos>", "<bow>", "<eow>", "<pad>", "<oov>")
+MARKER_SYMBOL_OF_ROLE = dict(zip(MARKER_ROLES, MARKER_SYMBOLS))
 CHAR_VOCAB_FILE = "char_vocab.json"
 
 
@@ -88,7 +89,7 @@ class CharacterAlphabet:
         A learned alphabet whose markers are the ids of the symbols named by `marker_symbols` (role -> symbol,
         default: the names in `MARKER_SYMBOLS`).
         """
-        names = dict(zip(MARKER_ROLES, MARKER_SYMBOLS)) if marker_symbols is None else marker_symbols
+        names = MARKER_SYMBOL_OF_ROLE if marker_symbols is None else marker_symbols
         missing = sorted(name for name in names.values() if name not in symbols)
         if missing:
             raise ValueError(f"the character vocabulary lacks the marker symbols {missing}")

@@ -14,13 +14,13 @@ from tokenizers import Tokenizer, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 from .alphabet_elmo import (
-    BEGIN_OF_SENTENCE_CHAR,
-    BYTE_ALPHABET_SIZE,
     BYTE_BOUNDARY_WORDS,
+    BYTE_MARKERS,
     BYTE_VALUES,
     CHAR_VOCAB_FILE,
     END_OF_SENTENCE_CHAR,
     ID_SHIFT,
+    MARKER_SYMBOL_OF_ROLE,
     CharacterAlphabet,
 )
 
@@ -156,11 +156,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if self.alphabet.learned:
             symbols.update({symbol: i + ID_SHIFT for symbol, i in self.alphabet.symbols.items()})
         else:
-            # Bytes as ByT5 names them (one character per byte value), then the markers.
+            # Bytes as ByT5 names them (one character per byte value), then the markers by a learned alphabet's names.
             symbols.update({chr(byte): byte + ID_SHIFT for byte in range(BYTE_VALUES)})
-            names = ("<bos>", "<eos>", "<bow>", "<eow>", "<pad>")
-            markers = range(BEGIN_OF_SENTENCE_CHAR, BYTE_ALPHABET_SIZE)
-            symbols.update({name: marker + ID_SHIFT for name, marker in zip(names, markers)})
+            symbols.update({MARKER_SYMBOL_OF_ROLE[role]: marker + ID_SHIFT for role, marker in BYTE_MARKERS.items()})
         return symbols
 
     @property
