@@ -13,6 +13,7 @@ In a row every id is shifted by one, so that an all-zero row means "no word here
 therefore has `size + 1` rows, row 0 all zeros.
 """
 
+import functools
 import json
 import os
 from collections import Counter
@@ -115,10 +116,17 @@ class CharacterAlphabet:
 
     @classmethod
     def from_config(cls, config) -> "CharacterAlphabet":
-        """The alphabet of a model config (size and markers): bytes unless it records a learned vocabulary."""
-        if getattr(config, "char_vocab_size", None) is None:
-            return cls()
-        return cls(learned=True, size=config.char_vocab_size, markers=dict(config.char_markers))
+        """
+        The alphabet of a model config (size and markers): bytes unless it records a learned vocabulary. Read from the
+        config's fields on every call, so that it follows their changes; one shared object per size and markers.
+        """
+        size = getattr(config, "char_vocab_size", None)
+        if size is None:
+            return BYTE_ALPHABET
+        try:
+            return _learned_alphabet(size, tuple(dict(config.char_markers).items()))
+        except TypeError:  # fields that cannot be a cache key: built anew, to be refused with the reason
+            return cls(learned=True, size=size, markers=dict(config.char_markers))
 
     def config_fields(self) -> dict:
         """What a model config records of this alphabet."""
@@ -189,6 +197,15 @@ class CharacterAlphabet:
         by_id = {i: symbol for symbol, i in (self.symbols or {}).items()}
         skipped = {self.markers[role] for role in MARKER_ROLES if role != "unknown"}
         return "".join("\ufffd" if i == self.markers["unknown"] else by_id[i] for i in ids if i not in skipped)
+
+
+BYTE_ALPHABET = CharacterAlphabet()
+
+
+@functools.cache
+def _learned_alphabet(size: int, markers: tuple[tuple[str, int], ...]) -> CharacterAlphabet:
+    """The learned alphabet of a config's size and markers, built once per distinct pair (every head forward asks)."""
+    return CharacterAlphabet(learned=True, size=size, markers=dict(markers))
 
 
 def learn_character_vocabulary(

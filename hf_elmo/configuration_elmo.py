@@ -220,7 +220,10 @@ class ElmoConfig(PretrainedConfig):
 
     @property
     def alphabet(self) -> CharacterAlphabet:
-        """The character alphabet (its size and markers) that the model's character table is for."""
+        """
+        The character alphabet (its size and markers) that the model's character table is for; built once per size and
+        markers, and never saved.
+        """
         return CharacterAlphabet.from_config(self)
 
     @property

@@ -14,6 +14,7 @@ from tokenizers import Tokenizer, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 from .alphabet_elmo import (
+    BYTE_ALPHABET,
     BYTE_BOUNDARY_WORDS,
     BYTE_MARKERS,
     BYTE_VALUES,
@@ -30,7 +31,6 @@ WORD_VOCAB_FILE = "word_vocab.json"
 WORD_INPUT_VOCAB_FILE = "word_input_vocab.json"
 # The unknown and padding words of a word-input vocabulary (ELMoForManyLangs' `word.dic` names them so).
 WORD_INPUT_UNKNOWN, WORD_INPUT_PADDING = "<oov>", "<pad>"
-BYTE_ALPHABET = CharacterAlphabet()
 
 PRE_TOKENIZERS = {
     "whitespace_split": pre_tokenizers.WhitespaceSplit,
