@@ -5,6 +5,7 @@ import pytest
 from transformers import AutoConfig
 
 from hf_elmo import ElmoConfig
+from hf_elmo.alphabet_elmo import MARKER_ROLES
 
 
 def test_defaults_are_the_original_elmo_shapes():
@@ -15,6 +16,24 @@ def test_defaults_are_the_original_elmo_shapes():
     assert (config.char_embedding_dim, config.max_characters_per_token, config.n_characters) == (16, 50, 262)
     assert config.use_skip_connections and config.cell_clip == 3 and config.proj_clip == 3
     assert config.hidden_size == 1024 and config.num_hidden_layers == 2 and config.num_representation_layers == 3
+
+
+def test_alphabet_is_built_once_follows_its_fields_and_is_not_saved(tmp_path):
+    config = ElmoConfig()
+    assert config.alphabet is config.alphabet and not config.alphabet.learned
+    markers = {role: i for i, role in enumerate(MARKER_ROLES)}
+    learned = ElmoConfig(char_vocab_size=10, char_markers=markers)
+    assert learned.alphabet is learned.alphabet is ElmoConfig(char_vocab_size=10, char_markers=markers).alphabet
+    assert (learned.alphabet.learned, learned.alphabet.size, learned.alphabet.table_rows) == (True, 10, 11)
+    learned.char_vocab_size = 12  # as from_pretrained(..., char_vocab_size=12) sets it after __init__
+    assert learned.alphabet.table_rows == 13
+    learned.char_markers = {**markers, "unknown": 11}
+    assert learned.alphabet.markers["unknown"] == 11
+    learned.save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert not any("alphabet" in key for key in saved)
+    loaded = ElmoConfig.from_pretrained(tmp_path)
+    assert loaded.alphabet == learned.alphabet and loaded.alphabet is loaded.alphabet
 
 
 def test_original_options_round_trip(fixture_dir):
