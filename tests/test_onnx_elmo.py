@@ -7,12 +7,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, tiny_config
+from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.alphabet_elmo import learn_character_vocabulary
 from hf_elmo.cli import main
-from hf_elmo.onnx_elmo import ONNX_FILE, ElmoForOnnx, ElmoOnnxSession, export_onnx
+from hf_elmo.onnx_elmo import ONNX_FILE, ElmoForOnnx, ElmoOnnxSession, export_onnx, quantize_int8
 
 pytest.importorskip("onnxruntime", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
 pytest.importorskip("onnxscript", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
@@ -132,6 +132,24 @@ def test_the_folder_holds_the_config_and_tokenizer_beside_the_graph(exported):
     assert dict(encoding) == dict(again)
     config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
     assert config["architectures"] == [type(model).__name__]
+
+
+def test_int8_quantisation_keeps_the_folder_and_the_direction_of_the_outputs(exported, tmp_path):
+    model, tokenizer, folder = exported
+    if not isinstance(model, ElmoModel) or model.config.char_vocab_size is not None:
+        pytest.skip("checked on the byte biLM: the folder copy and the quantiser are the same for every graph")
+    quantized = quantize_int8(folder, tmp_path / "int8")
+    assert sorted(path.name for path in quantized.iterdir()) == sorted(path.name for path in folder.iterdir())
+    encoding = tokenizer(BATCHES[2], is_split_into_words=True, padding=True, return_tensors="np")
+    float32_session, int8_session = ElmoOnnxSession(folder), ElmoOnnxSession(quantized)
+    inputs = {name: encoding[name] for name in float32_session.input_names}
+    expected, outputs = float32_session(**inputs), int8_session(**inputs)
+    top, expected_top = outputs["last_hidden_state"], expected["last_hidden_state"]
+    assert not np.allclose(top, expected_top, rtol=0, atol=FLOAT32_TOLERANCE)  # quantised indeed
+    # Tiny layers of large random weights quantise coarsely (int8 steps of max |w| / 127 over 8 to 16 inputs): the
+    # vectors keep their direction, not their digits. A graph computing something else is far below this.
+    mask = torch.from_numpy(encoding["attention_mask"].astype(bool))
+    assert min_cosine(torch.from_numpy(top), torch.from_numpy(expected_top), mask) > 0.99
 
 
 @pytest.mark.parametrize(
