@@ -9,10 +9,16 @@ import pytest
 import torch
 from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
-from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from hf_elmo import (
+    ElmoForPreTraining,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
 from hf_elmo.alphabet_elmo import learn_character_vocabulary
 from hf_elmo.cli import main
-from hf_elmo.onnx_elmo import ONNX_FILE, ElmoForOnnx, ElmoOnnxSession, export_onnx, quantize_int8
+from hf_elmo.onnx_elmo import ONNX_FILE, ElmoForOnnx, ElmoOnnxSession, export_onnx, load_for_export, quantize_int8
 
 pytest.importorskip("onnxruntime", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
 pytest.importorskip("onnxscript", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
@@ -184,6 +190,22 @@ def test_the_export_formulation_equals_the_model(kind, config):
             expected = pytorch_outputs(model, inputs)
         for name, value in expected.items():
             torch.testing.assert_close(ours[name], value, rtol=0, atol=FLOAT32_TOLERANCE)
+
+
+@pytest.mark.parametrize(
+    "model_class, exported_class, output_names",
+    [
+        (ElmoModel, ElmoModel, ["last_hidden_state", "hidden_states"]),
+        (ElmoForPreTraining, ElmoModel, ["last_hidden_state", "hidden_states"]),
+        (ElmoForSequenceClassification, ElmoForSequenceClassification, ["logits"]),
+        (ElmoForTokenClassification, ElmoForTokenClassification, ["logits"]),
+    ],
+)
+def test_the_folder_architecture_picks_the_graph(tmp_path, model_class, exported_class, output_names):
+    model_class(tiny_config(word_vocab_size=10, num_labels=2)).save_pretrained(tmp_path)
+    forward, tokenizer = load_for_export(tmp_path)
+    assert type(forward.model) is exported_class and forward.output_names == output_names
+    assert tokenizer.max_characters_per_token == 20  # a folder without tokenizer files: the config's width
 
 
 # -- bad input --------------------------------------------------------------------------------------------------------
