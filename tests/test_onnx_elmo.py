@@ -166,6 +166,7 @@ def test_int8_quantisation_keeps_the_folder_and_the_direction_of_the_outputs(exp
         ("sequence", dict(pair_classification=True, pooling="max")),
         ("sequence", dict(task_lstm_dim=0, concat_token_representation=False, mix_weights=[0.2, 0.3, 0.5])),
         ("token", dict(task_lstm_dim=3)),
+        ("token", dict(use_crf=True)),  # logits are the CRF's emissions
     ],
 )
 def test_the_export_formulation_equals_the_model(kind, config):
