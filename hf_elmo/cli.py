@@ -699,11 +699,21 @@ def convert_command(args) -> int:
 
 
 def export_command(args) -> int:
+    from transformers.utils import logging as transformers_logging
+
     from .conversion import ElmoConversionError, export
+
+    transformers_logging.disable_progress_bar()  # a bar for loading a few tensors is noise
 
     if Path(args.model_dir).is_dir():
         _check_model_folder(Path(args.model_dir), args.model_dir)
     try:
+        if args.format == "onnx":
+            from .onnx_elmo import ONNX_FILE, export_onnx
+
+            output = export_onnx(args.model_dir, args.output_dir, overwrite=args.overwrite)
+            print(f"wrote {output}/{ONNX_FILE} with its config and tokenizer files")
+            return 0
         output = export(args.model_dir, args.output_dir, overwrite=args.overwrite)
     except ElmoConversionError as error:
         raise CliError(str(error)) from error
@@ -815,7 +825,14 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     export = commands.add_parser(
         "export",
         prog=progs.get("export"),
-        help="export a model folder to the original layout (options.json + weights.hdf5)",
+        help="export a model folder to the original layout (options.json + weights.hdf5) or to ONNX",
+    )
+    export.add_argument(
+        "--format",
+        choices=["original", "onnx"],
+        default="original",
+        help="bilm-tf/AllenNLP files (default) or model.onnx for ONNX Runtime, any batch size and sentence length, "
+        "beside the config and tokenizer files (needs the onnx extra)",
     )
     export.add_argument("--model-dir", required=True, help="an hf_elmo model folder")
     export.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
