@@ -27,6 +27,7 @@ import torch
 from tokenizers import Tokenizer, models, trainers
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
+from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .modeling_elmo import ElmoForPreTraining
@@ -388,49 +389,6 @@ def describe_run(model: ElmoForPreTraining, model_args: ModelArguments, rates: d
     )
 
 
-MODEL_CARD = """---
-library_name: hf_elmo
-license: apache-2.0
-pipeline_tag: feature-extraction
-tags:
-- elmo
-- bilm
-- contextual-embeddings
----
-
-# ELMo pre-trained from scratch ({n_layers} x {cell_dim} LSTM, {projection_dim}-d projections)
-
-A biLM pre-trained with [hf_elmo](https://github.com/hf-elmo/hf_elmo)'s `hf-elmo pretrain`: {n_parameters}
-parameters, a {word_vocab_size}-word softmax shared by both directions (trained with {n_negative_samples} sampled
-negatives per batch).
-
-## Training
-
-- Training text: {train_files}; validation text: {validation_files}.
-- Steps: {steps}.
-- Command: `{command}`
-
-## Validation
-
-| forward perplexity | backward perplexity | perplexity | `<UNK>`, validation words | `<UNK>`, training words |
-| ---: | ---: | ---: | ---: | ---: |
-| {forward} | {backward} | {perplexity} | {eval_unk} | {train_unk} |
-
-Perplexities are exact (full softmax) and count `<UNK>` as a word: a high `<UNK>` rate makes them look better than
-the model is.
-
-## Usage
-
-```python
-import hf_elmo  # registers ELMo with the Auto classes; without it, pass trust_remote_code=True
-from transformers import AutoModel, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("REPO_OR_FOLDER")
-model = AutoModel.from_pretrained("REPO_OR_FOLDER")  # the biLM; the word softmax is left out
-```
-"""
-
-
 def write_model_card(
     output_dir: Path,
     argv: list[str],
@@ -441,7 +399,9 @@ def write_model_card(
 ):
     """`output_dir/README.md`: the data, the command, the steps, the perplexities and the `<UNK>` rates."""
     config = model.config
-    text = MODEL_CARD.format(
+    model_card.write_model_card(
+        output_dir,
+        model_card.packaged_template("pretrained_elmo.md"),
         n_layers=config.n_layers,
         cell_dim=config.cell_dim,
         projection_dim=config.projection_dim,
@@ -458,7 +418,6 @@ def write_model_card(
         eval_unk=f"{metrics['eval_unk_rate']:.1%}",
         n_negative_samples=f"{config.n_negative_samples:,}",
     )
-    (output_dir / "README.md").write_text(text, encoding="utf-8")
 
 
 def _has_checkpoint(output_dir: Path) -> bool:
