@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from .configuration_elmo import CPU_MATMULS
-from .embedding_pipeline import EmbedError, Processes, embed_file, first_line, run_identity
+from .embedding_pipeline import EmbedError, EmbedSettings, Processes, embed_file, first_line, run_identity
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -126,15 +126,17 @@ def embed_command(args) -> int:
             Path(args.input),
             Path(args.output),
             processes,
+            EmbedSettings(
+                split=tokenizer.split_words if args.pretokenize else str.split,
+                errors=args.errors,
+                layers=layers,
+                pooled=args.pooled,
+                batch_size=args.batch_size,
+                max_words=args.max_words,
+            ),
             identity=identity,
-            split=tokenizer.split_words if args.pretokenize else str.split,
-            layers=layers,
-            pooled=args.pooled,
             output_format=args.format,
-            errors=args.errors,
             sentence_to_index=not args.forget_sentences,
-            batch_size=args.batch_size,
-            max_words=args.max_words,
             resume=args.resume,
         )
     finally:

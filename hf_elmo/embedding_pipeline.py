@@ -15,6 +15,7 @@ import shutil
 import signal
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
 from pathlib import Path
@@ -376,6 +377,22 @@ def input_error(error: TextFileError) -> EmbedError:
     return EmbedError(f"{error}{hint}")
 
 
+@dataclass(frozen=True)
+class EmbedSettings:
+    """
+    How every line is embedded and stored: `split` makes its words, `errors` reads it as `read_lines` does, `layers`
+    is "all", "top", "average" or one weight per layer, `pooled` averages over its words (shapes: `hf_elmo.cli`).
+    Lines come `batch_size` at a time; one of more than `max_words` words comes alone, run in windows of as many.
+    """
+
+    split: Callable[[str], list[str]]
+    errors: str
+    layers: str | list[float]
+    pooled: bool
+    batch_size: int
+    max_words: int
+
+
 def open_output(
     output_format: str, path: Path, identity: dict, resume: bool, attach: bool = False
 ) -> Hdf5Output | NpyOutput:
@@ -407,15 +424,9 @@ def embed_shard(
     tokenizer,
     input_path: Path,
     output: Hdf5Output | NpyOutput,
-    *,
+    settings: EmbedSettings,
     shard: tuple[int, int],
     total: int,
-    split: Callable[[str], list[str]],
-    layers: str | list[float],
-    pooled: bool,
-    errors: str,
-    batch_size: int,
-    max_words: int,
 ):
     """
     Embeds every unfinished line of `shard` (`(rank, world_size)`, see `Processes`; `total` lines), a batch at a
@@ -425,7 +436,7 @@ def embed_shard(
 
     rank, world_size = shard
     done = sum(1 for index in output.finished if int(index) % world_size == rank)
-    lines = read_lines(input_path, errors, shard)
+    lines = read_lines(input_path, settings.errors, shard)
     try:
         with (
             DeferredStop() as stop,
@@ -439,13 +450,14 @@ def embed_shard(
                 disable=rank > 0,
             ) as bar,
         ):
-            for batch in batch_lines(lines, split, output.finished, batch_size, max_words):
-                if len(batch[0][1]) > max_words:
-                    results = [embed_long(model, tokenizer, batch[0][1], max_words)]
+            batches = batch_lines(lines, settings.split, output.finished, settings.batch_size, settings.max_words)
+            for batch in batches:
+                if len(batch[0][1]) > settings.max_words:
+                    results = [embed_long(model, tokenizer, batch[0][1], settings.max_words)]
                 else:
                     results = embed_batch(model, tokenizer, [words for _, words in batch])
                 for (index, _), hidden_states in zip(batch, results):
-                    output.write(index, select_layers(hidden_states, layers, pooled))
+                    output.write(index, select_layers(hidden_states, settings.layers, settings.pooled))
                 output.commit()
                 bar.update(len(batch))
                 done += len(batch)
@@ -480,23 +492,18 @@ def embed_file(
     input_path: Path,
     output_path: Path,
     processes: Processes,
+    settings: EmbedSettings,
     *,
     identity: dict,
-    split: Callable[[str], list[str]],
-    layers: str | list[float],
-    pooled: bool,
     output_format: str,
-    errors: str,
     sentence_to_index: bool,
-    batch_size: int,
-    max_words: int,
     resume: bool,
 ) -> tuple[int, list[int]] | None:
     """
-    Embeds every line of `input_path` into `output_path`: each process its shard into `OUTPUT.parts/`, which rank 0
-    makes first and assembles into OUTPUT last. `identity` is the run's (`run_identity`); `layers` is "all", "top",
-    "average" or one weight per layer; `errors` as `read_lines`'s. Returns, on rank 0, the number of lines and the
-    numbers of those skipped as undecodable (None on the other ranks).
+    Embeds every line of `input_path` into `output_path` (`output_format` "hdf5" or "npy", with `sentence_to_index`
+    or without): each process its shard into `OUTPUT.parts/`, which rank 0 makes first and assembles into OUTPUT
+    last. `identity` is the run's (`run_identity`); with `resume`, a stopped run with the same identity continues.
+    Returns, on rank 0, the number of lines and the numbers of those skipped as undecodable (None on other ranks).
     """
     try:
         total = count_lines(input_path) if processes.rank == 0 else None
@@ -513,24 +520,10 @@ def embed_file(
         if output.finished and processes.rank == 0:
             print(f"hf-elmo: resuming: {len(output.finished)} of {total} lines are already written", file=sys.stderr)
         processes.together(
-            partial(
-                embed_shard,
-                model,
-                tokenizer,
-                input_path,
-                output,
-                shard=processes.shard,
-                total=own_lines,
-                split=split,
-                layers=layers,
-                pooled=pooled,
-                errors=errors,
-                batch_size=batch_size,
-                max_words=max_words,
-            )
+            partial(embed_shard, model, tokenizer, input_path, output, settings, processes.shard, own_lines)
         )
         skipped = processes.together(
-            partial(assemble, output, input_path, errors, sentence_to_index) if processes.rank == 0 else None
+            partial(assemble, output, input_path, settings.errors, sentence_to_index) if processes.rank == 0 else None
         )
     except WriteFailure as error:
         kept = (

@@ -29,6 +29,7 @@ from hf_elmo.cli import main
 from hf_elmo.embedding_pipeline import (
     DeferredStop,
     EmbedError,
+    EmbedSettings,
     Processes,
     batch_lines,
     embed_file,
@@ -74,20 +75,10 @@ def test_deferred_stop_stops_between_batches_and_restores_the_handlers(tmp_path)
     assert signal.getsignal(signal.SIGINT) is previous
 
 
-def embed_settings(**overrides) -> dict:
-    """`embed_file`'s keyword arguments for the top layer as `.npy` files, `max_words` 2: long lines in windows."""
-    settings = dict(
-        split=str.split,
-        layers="top",
-        pooled=False,
-        output_format="npy",
-        errors="strict",
-        sentence_to_index=True,
-        batch_size=2,
-        max_words=2,
-        resume=False,
-    )
-    return {**settings, **overrides}
+def embed_settings(**overrides) -> EmbedSettings:
+    """The top layer of each line, 2 lines a batch; lines of more than 2 words run in windows (`embed_long`)."""
+    settings = dict(split=str.split, errors="strict", layers="top", pooled=False, batch_size=2, max_words=2)
+    return EmbedSettings(**{**settings, **overrides})
 
 
 def test_embed_file_writes_every_line_and_resumes_only_its_own_run(tiny_model, tiny_tokenizer, tmp_path, monkeypatch):
@@ -102,8 +93,11 @@ def test_embed_file_writes_every_line_and_resumes_only_its_own_run(tiny_model, t
         tmp_path / "in.txt",
         tmp_path / "out",
         processes,
+        embed_settings(),
         identity=identity,
-        **embed_settings(),
+        output_format="npy",
+        sentence_to_index=True,
+        resume=False,
     )
     assert counts == (len(lines), [])
     for index, line in enumerate(lines):
@@ -125,8 +119,11 @@ def test_embed_file_writes_every_line_and_resumes_only_its_own_run(tiny_model, t
             tmp_path / "in.txt",
             tmp_path / "stopped",
             processes,
+            embed_settings(layers="all"),
             identity={**identity, "layers": "all"},
-            **embed_settings(layers="all", resume=True),
+            output_format="npy",
+            sentence_to_index=True,
+            resume=True,
         )
     assert (tmp_path / "stopped.parts" / "hf_elmo_embed.json").read_text() == state
 
@@ -139,30 +136,27 @@ def corpus(n_lines: int, seed: int = 0) -> list[str]:
     return [" ".join(rng.choice(WORDS, size=rng.integers(0, 12))) for _ in range(n_lines)]
 
 
+def start_cli(*args, **popen) -> subprocess.Popen:
+    """`python -m hf_elmo.cli ARGS` started in the background, offline."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "hf_elmo.cli", *map(str, args)], env=env, **popen)
+
+
+def wait_for_parts(parts: Path, pattern: str, count: int, process: subprocess.Popen, seconds: float):
+    """Waits until `parts` holds `count` files matching `pattern`, the process ends or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while len(list(parts.glob(pattern))) < count and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
     lines = corpus(300)
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hf_elmo.cli",
-            "embed",
-            str(model_dir),
-            str(tmp_path / "in.txt"),
-            str(output),
-            "--all",
-            "--batch-size",
-            "1",
-        ],
-        env=env,
-        stderr=subprocess.DEVNULL,
+    process = start_cli(
+        "embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "1", stderr=subprocess.DEVNULL
     )
-    deadline = time.monotonic() + 60
-    while len(list(parts.glob("*.npz"))) < 20 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_parts(parts, "*.npz", 20, process, seconds=60)
     process.send_signal(signal.SIGKILL)
     process.wait()
     written_before = list(parts.glob("*.npz"))
@@ -275,27 +269,18 @@ def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_
 def test_stopped_run_names_its_parts_folder(model_dir, tmp_path):
     (tmp_path / "in.txt").write_text("\n".join(corpus(300, seed=6)) + "\n", encoding="utf-8")
     output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "hf_elmo.cli",
-            "embed",
-            str(model_dir),
-            str(tmp_path / "in.txt"),
-            str(output),
-            "--all",
-            "--batch-size",
-            "1",
-        ],
-        env=env,
+    process = start_cli(
+        "embed",
+        model_dir,
+        tmp_path / "in.txt",
+        output,
+        "--all",
+        "--batch-size",
+        "1",
         stderr=subprocess.PIPE,
         text=True,
     )
-    deadline = time.monotonic() + 60
-    while len(list(parts.glob("*.npz"))) < 5 and process.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_parts(parts, "*.npz", 5, process, seconds=60)
     process.send_signal(signal.SIGINT)
     stderr = process.communicate(timeout=60)[1]
     assert process.returncode == 128 + signal.SIGINT
@@ -416,9 +401,7 @@ def test_torchrun_killed_run_resumes_per_rank_and_writes_npy(model_dir, tmp_path
     output, parts = tmp_path / "npy", tmp_path / "npy.parts"
     arguments = ["embed", model_dir, tmp_path / "in.txt", output, "--top", "--format", "npy", "--batch-size", "1"]
     run = torchrun_cli(*arguments)
-    deadline = time.monotonic() + 120
-    while len(list(parts.glob("*.npy"))) < 40 and run.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_for_parts(parts, "*.npy", 40, run, seconds=120)
     # The ranks, then torchrun, as a lost node would (torchrun starts each rank in a session of its own).
     for pid in [*map(int, Path(f"/proc/{run.pid}/task/{run.pid}/children").read_text().split()), run.pid]:
         os.kill(pid, signal.SIGKILL)
