@@ -7,8 +7,10 @@
 # 2. inference throughput on CUDA in fp32, TF32, bf16 and fp16 at batch 1, 32, 64 and 256, beside AllenNLP's Elmo
 #    on the same GPU when it is importable (see ../shared/peer/README.md; ALLENNLP_SITE, default /tmp/allennlp_site),
 #    with each row's peak GPU memory and its top layer's minimum cosine with float32;
-# 3. a Trainer fine-tuning step in bf16 (and fp32 beside it), with the peak GPU memory;
-# 4. hf-elmo embed --device cuda on a generated 10,000-line corpus: wall time, then the split between loading,
+# 3. pre-training throughput, the path before the fast training recurrence beside today's (benchmark_pretrain.py, on
+#    the NSMC text of ../shared/data/nsmc when it is there);
+# 4. a Trainer fine-tuning step in bf16 (and fp32 beside it), with the peak GPU memory;
+# 5. hf-elmo embed --device cuda on a generated 10,000-line corpus: wall time, then the split between loading,
 #    tokenizing, model and writing from a profiled run of the same command.
 # Run from the repository root, with the test extra installed; PYTHON (default python) is the interpreter.
 set -euo pipefail
@@ -59,6 +61,15 @@ for dtype in fp32 tf32 bf16 fp16; do
         --device cuda --dtype "$dtype" --batches 1:64,32:1024,64:2048,256:4096 --checkpoint-dir "$CHECKPOINT"
 done
 
+NSMC="$ROOT/../shared/data/nsmc/reviews.tsv.gz"
+if [[ -f "$NSMC" ]]; then
+    "$PYTHON" examples/nsmc/prepare_nsmc.py --input "$NSMC" --output-dir "$OUT/nsmc" --extra-train-sizes 0 \
+        --pretrain-size 0 > /dev/null
+    step "Pre-training throughput (hf-elmo pretrain on CUDA), old and new path" "$PYTHON" \
+        benchmarks/benchmark_pretrain.py --train-file "$OUT/nsmc/pretrain_train.txt" --threads 16 --steps 30
+else
+    printf '\n## Pre-training throughput\n\nskipped: %s is missing\n' "$NSMC" | tee -a "$RESULTS"
+fi
 for precision in bf16 fp32; do
     step "Trainer fine-tuning step, $precision" "$PYTHON" benchmarks/benchmark_finetune.py --device cuda \
         --precision "$precision" --batch-size 32 --steps 10

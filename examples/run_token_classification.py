@@ -10,6 +10,9 @@ lists, or strings of space-separated items. Every word is one position of ELMo's
 positions directly through `word_ids()` (-100 at `<S>`, `</S>` and padding). Entity-level precision, recall and F1
 (`seqeval`, conlleval's rules) and token accuracy are reported for every split with tags, written to
 `output_dir/all_results.json`, and the output folder (model, tokenizer, model card) is ready for `push_to_hub`.
+
+`--use_crf` trains a linear-chain CRF over the tags (the ELMo paper's NER model) and predicts its Viterbi path;
+`--crf_constraint BIO` (or `BIOES`) keeps that path within the tag scheme's legal transitions.
 """
 
 import logging
@@ -34,7 +37,14 @@ from transformers import (
 import hf_elmo
 from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
 
-HEAD_OPTIONS = ("task_lstm_dim", "mix_dropout", "mix_layer_norm", "mix_l2_coefficient", "concat_token_representation")
+HEAD_OPTIONS = (
+    "task_lstm_dim",
+    "mix_dropout",
+    "mix_layer_norm",
+    "mix_l2_coefficient",
+    "concat_token_representation",
+    "crf_constraint",
+)
 TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
 
 
@@ -48,6 +58,13 @@ class ModelArguments:
     mix_l2_coefficient: float | None = field(default=None, metadata={"help": "L2 penalty on the mixing scalars"})
     concat_token_representation: bool | None = field(
         default=None, metadata={"help": "feed the context-independent token representation beside the mix"}
+    )
+    use_crf: bool = field(
+        default=False,
+        metadata={"help": "a linear-chain CRF over the tags (Viterbi path); a CRF tagger given keeps its CRF anyway"},
+    )
+    crf_constraint: str | None = field(
+        default=None, metadata={"help": "the tag scheme (BIO or BIOES) whose legal transitions the CRF path keeps"}
     )
     license: str = field(default="apache-2.0", metadata={"help": "license written in the model card"})
 
@@ -164,6 +181,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     tag2id = {tag: i for i, tag in enumerate(tags)}
 
     overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
+    if model_args.use_crf:
+        overrides["use_crf"] = True
     model = ElmoForTokenClassification.from_pretrained(
         model_args.model_name_or_path,
         num_labels=len(tags),
@@ -197,8 +216,12 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             for split, dataset in raw.items()
         }
 
-    def to_tag_sequences(logits: np.ndarray, label_ids: np.ndarray) -> tuple[list[list[str]], list[list[str]]]:
-        predicted = np.argmax(logits, axis=-1)
+    def best_tag_ids(logits, labels):
+        # Per batch, on the model's device: the argmax of each word's scores, or the CRF's Viterbi path over the
+        # words (the positions whose label is not -100).
+        return model.decode(logits, labels != -100)
+
+    def to_tag_sequences(predicted: np.ndarray, label_ids: np.ndarray) -> tuple[list[list[str]], list[list[str]]]:
         gold_tags, predicted_tags = [], []
         for row_labels, row_predicted in zip(label_ids, predicted):
             keep = row_labels != -100
@@ -223,6 +246,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         processing_class=tokenizer,
         data_collator=DataCollatorForTokenClassification(tokenizer),
         compute_metrics=entity_metrics,
+        preprocess_logits_for_metrics=best_tag_ids,
     )
     results = {}
     if training_args.do_train:
@@ -270,7 +294,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                 pipeline_tag="token-classification",
                 tags=["token-classification"],
                 license=model_args.license,
-                head=f"one tag per word out of {len(tags)} ({', '.join(tags)})",
+                head=f"one tag per word out of {len(tags)} ({', '.join(tags)})"
+                + (", a linear-chain CRF over them (Viterbi decoding)" if model.config.use_crf else ""),
                 freeze_bilm=model_args.freeze_bilm,
                 results=card_results,
                 data_files=[

@@ -25,6 +25,7 @@ import warnings
 import weakref
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import nn
@@ -63,13 +64,41 @@ def max_pooled_by_matmul(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor
     """
     The convolution's max over positions, `(words, n_filters)` from `chars` `(words, chars, char_dim)`, as products of
     each word's character windows `(positions, char_dim * width)` with the flattened filters: equal to `nn.Conv1d`
-    within fp32 rounding, and ~3x faster on CPU when taken a few words at a time, so that each `(words, positions,
-    filters)` product stays in cache. The bias is added after the max, which commutes with it.
+    within fp32 rounding, and faster on CPU, taken a few words at a time so that each `(words, positions, filters)`
+    product stays in cache. The bias is added after the max, which commutes with it.
     """
     kernel = module.weight.flatten(1).t()  # (char_dim * width, filters)
     width = module.kernel_size[0]
     pooled = [(words.unfold(1, width, 1).flatten(2) @ kernel).amax(dim=1) for words in chars.split(WORDS_PER_CHUNK)]
     return torch.cat(pooled) + module.bias
+
+
+def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    `torch.unique(rows, dim=0, return_inverse=True)` for a matrix of non-negative integers `(n, columns)`: the
+    distinct rows in lexicographic order and, for each row, the index of its distinct row. On the CPU
+    `torch.unique(dim=0)` compares rows element by element; here the columns are packed, several to an int64 key, and
+    the rows sorted once on those keys.
+    """
+    if len(rows) == 0:
+        return rows, rows.new_zeros(0)
+    bits = max(int(rows.max()).bit_length(), 1)
+    per_key = 63 // bits
+    keys = []
+    for first in range(0, rows.shape[1], per_key):
+        key = torch.zeros(len(rows), dtype=torch.long, device=rows.device)
+        for column in rows[:, first : first + per_key].unbind(dim=1):
+            key = (key << bits) | column
+        keys.append(key)
+    order = torch.arange(len(rows), device=rows.device)
+    for key in reversed(keys):  # least significant first: each stable sort keeps the order of the ones after it
+        order = order[torch.argsort(key[order], stable=True)]
+    sorted_keys = torch.stack(keys, dim=1)[order]
+    starts_group = torch.ones(len(rows), dtype=torch.bool, device=rows.device)
+    starts_group[1:] = (sorted_keys[1:] != sorted_keys[:-1]).any(dim=1)
+    inverse = torch.empty_like(order)
+    inverse[order] = starts_group.cumsum(dim=0) - 1
+    return rows[order[starts_group]], inverse
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -223,15 +252,16 @@ def fastest_float32_library(in_dim: int, out_dim: int, rows: int) -> str:
     return _choices[key]
 
 
-def step_product(module: nn.Module, kernel: torch.Tensor, rows: int, repeated_every_step: bool = True) -> Product:
+def step_product(module: nn.Module, kernel: torch.Tensor, rows: int, quantizable: bool = True) -> Product:
     """
     The product `(rows, in) @ kernel` of the fast recurrence of `module`, by the library its `config.cpu_matmul`
     names ("auto": the float32 library measured fastest here for that shape). Off the CPU, or for kernels in
     another precision than float32, torch's own (`"blas"`): the choices are CPU float32 libraries.
 
-    "int8" quantises only the products `repeated_every_step` (recurrent and projection), whose weights are streamed
-    again at every step. The input products, one per chunk of steps, stay float32: they are a small share of the time
-    where int8 pays (small batches), and most of its error (the inputs of a whole chunk share one scale).
+    "int8" quantises only `quantizable` products: inference's recurrent and projection products, whose weights are
+    streamed again at every step. The input products, one per chunk of steps, stay float32: they are a small share of
+    the time where int8 pays (small batches), and most of its error (the inputs of a whole chunk share one scale).
+    Training's products are never quantised: int8 is an inference mode.
     """
     choice = module.config.cpu_matmul
     if kernel.device.type != "cpu" or kernel.dtype != torch.float32:
@@ -243,7 +273,7 @@ def step_product(module: nn.Module, kernel: torch.Tensor, rows: int, repeated_ev
         return blas_product(kernel)
     if choice == "onednn" and not torch.backends.mkldnn.is_available():
         raise ValueError("cpu_matmul='onednn' needs a torch built with oneDNN (mkldnn); set cpu_matmul='auto'")
-    if choice == "auto" or (choice == "int8" and not repeated_every_step):
+    if choice == "auto" or (choice == "int8" and not quantizable):
         return prepared_product(kernel, fastest_float32_library(*kernel.shape, row_bucket(rows)))
     return prepared_product(kernel, choice)
 
@@ -251,6 +281,53 @@ def step_product(module: nn.Module, kernel: torch.Tensor, rows: int, repeated_ev
 # ---------------------------------------------------------------------------------------------------------------------
 # LSTM layer: in place for inference, with a hand-written backward for training
 # ---------------------------------------------------------------------------------------------------------------------
+
+
+class PackedSteps(NamedTuple):
+    """
+    The valid positions of a right-padded batch in time-major order, rows sorted by decreasing length, so that the
+    rows still running at any step are a prefix of the batch: padded positions cost nothing, ended rows simply keep
+    their final state, and no step needs a mask. Step `s` owns packed rows `starts[s]:starts[s + 1]`, the first
+    `running[s]` rows of `order`.
+    """
+
+    order: torch.Tensor  # (batch,): batch row of each sorted row
+    positions: torch.Tensor  # (packed rows,): each packed row's position `row * steps + step` in the batch
+    running: list[int]  # rows still running at each step that has any
+    starts: list[int]  # len(running) + 1 offsets into the packed rows
+    shape: tuple[int, int]  # (batch, steps)
+
+    @classmethod
+    def of(cls, mask: torch.Tensor) -> "PackedSteps":
+        """The layout of `mask` `(batch, steps)`, each row's valid steps first."""
+        order = torch.argsort(mask.sum(dim=1), descending=True, stable=True)
+        sorted_mask = mask[order].t()  # (steps, batch): time-major
+        step, row = sorted_mask.nonzero(as_tuple=True)
+        running = [rows for rows in sorted_mask.sum(dim=1).tolist() if rows > 0]
+        positions = order[row] * mask.shape[1] + step
+        return cls(order, positions, running, [0, *itertools.accumulate(running)], tuple(mask.shape))
+
+    def pack(self, x: torch.Tensor) -> torch.Tensor:
+        """`(batch, steps, ...)` -> its valid positions `(packed rows, ...)` in packed order."""
+        return x.flatten(0, 1).index_select(0, self.positions)
+
+    def unpack(self, packed: torch.Tensor) -> torch.Tensor:
+        """`(packed rows, ...)` in packed order -> `(batch, steps, ...)`, zero at padded positions."""
+        x = packed.new_zeros(self.shape[0] * self.shape[1], *packed.shape[1:])
+        return x.index_copy_(0, self.positions, packed).view(*self.shape, *packed.shape[1:])
+
+    def previous_rows(self) -> torch.Tensor:
+        """For each packed row of steps 1 onwards, the packed row of the same sentence at the step before."""
+        rows = [torch.arange(start, start + rows) for start, rows in zip(self.starts, self.running[1:])]
+        return torch.cat(rows).to(self.order.device) if rows else self.order.new_zeros(0)
+
+    def last_rows(self) -> torch.Tensor:
+        """For each sorted row with a valid step, the packed row of its last step."""
+        if not self.running:
+            return self.order.new_zeros(0)
+        rows = torch.arange(self.running[0])
+        lengths = (torch.tensor(self.running)[:, None] > rows).sum(dim=0)
+        return (torch.tensor(self.starts)[lengths - 1] + rows).to(self.order.device)
 
 
 def gate_chunks(step_starts: list[int], max_rows: int) -> list[tuple[int, int]]:
@@ -275,23 +352,19 @@ def lstm_layer_in_place(
     The results of the reference recurrence of `module` (an `ElmoLstmLayer`) within fp32 rounding, without autograd,
     for when nothing needs gradients. Arguments and results as `ElmoLstmLayer.forward`.
 
-    Rows are sorted by length so that the rows still running at any step are a prefix of the batch: padded positions
-    cost nothing, ended rows simply keep their final state, and no step needs a mask. The input gates of the valid
-    positions come `GATE_CHUNK_ROWS` packed rows at a time, from one matrix product (when `module.reads_word_vectors`,
-    a copy from the gates of the distinct rows, each projected once); each step adds its recurrent product to its
-    slice of those input gates and does the gate arithmetic there, in place.
+    The steps run on the valid positions alone ([`PackedSteps`]). Their input gates come `GATE_CHUNK_ROWS` packed
+    rows at a time, from one matrix product (when `module.reads_word_vectors`, a copy from the gates of the distinct
+    rows, each projected once); each step adds its recurrent product to its slice of those input gates and does the
+    gate arithmetic there, in place.
     """
-    batch_size, steps, _ = inputs.shape
+    batch_size = inputs.shape[0]
     cell, cell_clip, proj_clip = module.cell_dim, module.cell_clip, module.proj_clip
     projection_kernel = module.projection_kernel
-    lengths = mask.sum(dim=1)
-    order = torch.argsort(lengths, descending=True, stable=True)
-    packed_mask = mask[order].t()  # (steps, batch): the valid positions in time-major order
-    running = [rows for rows in packed_mask.sum(dim=1).tolist() if rows > 0]  # rows still running at each step
-    step_starts = [0, *itertools.accumulate(running)]  # step `s` owns rows `step_starts[s]:step_starts[s + 1]`
+    layout = PackedSteps.of(mask)
+    order, running, step_starts = layout.order, layout.running, layout.starts
     chunks = gate_chunks(step_starts, GATE_CHUNK_ROWS)
 
-    packed_inputs = inputs[order].transpose(0, 1)[packed_mask]
+    packed_inputs = layout.pack(inputs)
     if module.reads_word_vectors:
         # Context-free word vectors, one row per occurrence of a word: project each distinct row once and copy its
         # gates to every position holding it.
@@ -348,17 +421,20 @@ def lstm_layer_in_place(
                 step_hidden.clamp_(-proj_clip, proj_clip)
             packed_outputs[step_starts[step] : step_starts[step + 1]] = step_hidden
 
-    outputs = packed_outputs.new_zeros(steps, batch_size, hidden.shape[-1])
-    outputs[packed_mask] = packed_outputs
     restore = torch.argsort(order)
-    return outputs.transpose(0, 1)[restore], hidden[restore], memory[restore]
+    return layout.unpack(packed_outputs), hidden[restore], memory[restore]
 
 
 def lstm_layer_with_handwritten_backward(
     module: nn.Module, inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The results of the reference recurrence of `module` (an `ElmoLstmLayer`) from [`ElmoLstmLayerFunction`]."""
+
+    def float32_product(kernel: torch.Tensor, rows: int) -> Product:
+        return step_product(module, kernel, rows, quantizable=False)
+
     return ElmoLstmLayerFunction.apply(
+        float32_product,
         inputs,
         mask,
         hidden,
@@ -377,16 +453,18 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
     """
     One layer of one direction, as the reference recurrence, with a hand-written backward through time for training.
 
-    The forward saves each step's gate activations, states and clip masks, time-major (two thirds of what autograd
-    keeps from the reference loop at the original shapes, most of it the gates). The backward walks the steps
+    Both passes run on the valid positions alone ([`PackedSteps`]): padding costs no arithmetic, whatever the batch's
+    spread of lengths. The forward takes the input gates of every position in one product and saves, per position,
+    the activated gates, the states before and after each clip and `tanh` of the memory. The backward walks the steps
     in reverse for the gradients of the gates and of the state, then takes each weight's gradient as one product over
-    all steps: autograd through the reference loop adds a `(in, 4 * cell_dim)` product into the gradient at every step.
-    At invalid steps the gates get no gradient and the state's gradient passes through unchanged.
+    all positions (autograd through the reference loop adds a product into each weight's gradient at every step). A
+    row's state gradient waits, untouched, until the backward reaches the row's last valid step.
     """
 
     @staticmethod
     def forward(
         ctx,
+        product: Callable[[torch.Tensor, int], Product],
         inputs: torch.Tensor,
         mask: torch.Tensor,
         hidden: torch.Tensor,
@@ -400,130 +478,168 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         forget_bias: float,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """
-        Arguments as `ElmoLstmLayer.forward` takes them, then the layer's parameters, clips and forget bias. Returns
-        the outputs `(batch, steps, output_dim)`, zero at invalid steps, and the final `hidden` and `memory`.
+        `product(kernel, rows)` gives the function multiplying `(rows, in) @ kernel` ([`step_product`]); then the
+        arguments as `ElmoLstmLayer.forward` takes them, the layer's parameters, clips and forget bias. Returns the
+        outputs `(batch, steps, output_dim)`, zero at invalid steps, and the final `hidden` and `memory`.
         """
-        batch_size, steps, _ = inputs.shape
+        layout = PackedSteps.of(mask)
         cell = memory.shape[-1]
-        valid = mask.t()[..., None]  # (steps, batch, 1)
-        # (steps, batch, 4 * cell): the input gates of every step in one product, activated in place step by step.
-        gates = inputs.transpose(0, 1) @ input_kernel + bias
-        hidden_states = hidden.new_empty(steps + 1, *hidden.shape)  # the state before each step and after the last
-        memory_states = memory.new_empty(steps + 1, *memory.shape)
-        hidden_states[0], memory_states[0] = hidden, memory
+        gate_bias = bias.clone()
+        gate_bias[cell : 2 * cell] += forget_bias
+        packed_inputs = layout.pack(inputs)
+        # (positions, 4 * cell): the input gates of every position in one product, activated in place step by step.
+        gates = torch.addmm(gate_bias, packed_inputs, input_kernel)
+        positions = len(gates)
+        initial_hidden, initial_memory = hidden[layout.order], memory[layout.order]
         output_dim = cell if projection_kernel is None else projection_kernel.shape[1]
-        outputs = inputs.new_empty(batch_size, steps, output_dim)
-        # Where each clamp passed its gradient (boundaries included), as `torch.clamp` does.
-        in_clip = {"dtype": torch.bool, "device": inputs.device}
-        memory_in_clip = torch.empty(steps, batch_size, cell, **in_clip) if cell_clip is not None else None
-        hidden_in_clip = torch.empty(steps, batch_size, output_dim, **in_clip) if proj_clip is not None else None
-        for step in range(steps):
-            step_gates = gates[step].addmm_(hidden_states[step], recurrent_kernel)
+        # The state after each position; before each clip too, where there is one, for the clip's gradient.
+        packed_hidden, packed_memory = inputs.new_empty(positions, output_dim), inputs.new_empty(positions, cell)
+        unclipped_hidden = inputs.new_empty(positions, output_dim) if proj_clip is not None else packed_hidden
+        unclipped_memory = inputs.new_empty(positions, cell) if cell_clip is not None else packed_memory
+        memory_tanh = inputs.new_empty(positions, cell)
+        cell_outputs = inputs.new_empty(positions, cell) if projection_kernel is not None else unclipped_hidden
+        # Each step's products, by row count (rows fall as sentences end), looked up once per call.
+        recurrent_products = {rows: product(recurrent_kernel, rows) for rows in set(layout.running)}
+        if projection_kernel is not None:
+            projection_products = {rows: product(projection_kernel, rows) for rows in set(layout.running)}
+        previous_hidden, previous_memory = initial_hidden, initial_memory
+        for step, rows in enumerate(layout.running):
+            here = slice(layout.starts[step], layout.starts[step] + rows)
+            step_gates = gates[here]
+            recurrent_products[rows](previous_hidden[:rows], step_gates, True)
             in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
-            forget_gate.add_(forget_bias)
             step_gates[:, : 2 * cell].sigmoid_()
             cell_input.tanh_()
             out_gate.sigmoid_()
-            new_memory = in_gate * cell_input + forget_gate * memory_states[step]
+            torch.mul(forget_gate, previous_memory[:rows], out=unclipped_memory[here]).addcmul_(in_gate, cell_input)
             if cell_clip is not None:
-                torch.le(new_memory.abs(), cell_clip, out=memory_in_clip[step])
-                new_memory.clamp_(-cell_clip, cell_clip)
-            new_hidden = out_gate * new_memory.tanh()
+                torch.clamp(unclipped_memory[here], -cell_clip, cell_clip, out=packed_memory[here])
+            torch.tanh(packed_memory[here], out=memory_tanh[here])
+            torch.mul(out_gate, memory_tanh[here], out=cell_outputs[here])
             if projection_kernel is not None:
-                new_hidden = new_hidden @ projection_kernel
+                projection_products[rows](cell_outputs[here], unclipped_hidden[here], False)
             if proj_clip is not None:
-                torch.le(new_hidden.abs(), proj_clip, out=hidden_in_clip[step])
-                new_hidden.clamp_(-proj_clip, proj_clip)
-            step_valid = valid[step]
-            torch.where(step_valid, new_hidden, hidden_states[step], out=hidden_states[step + 1])
-            torch.where(step_valid, new_memory, memory_states[step], out=memory_states[step + 1])
-            outputs[:, step] = torch.where(step_valid, new_hidden, 0.0)
+                torch.clamp(unclipped_hidden[here], -proj_clip, proj_clip, out=packed_hidden[here])
+            previous_hidden, previous_memory = packed_hidden[here], packed_memory[here]
+
+        # Each row's state after its last valid step; rows without one keep the initial state.
+        final_hidden, final_memory = initial_hidden.clone(), initial_memory.clone()
+        last = layout.last_rows()
+        final_hidden[: len(last)], final_memory[: len(last)] = packed_hidden[last], packed_memory[last]
+        restore = torch.argsort(layout.order)
+        ctx.layout, ctx.product, ctx.clips = layout, product, (cell_clip, proj_clip)
         ctx.save_for_backward(
-            inputs,
-            mask,
+            packed_inputs,
             input_kernel,
             recurrent_kernel,
             projection_kernel,
             gates,
-            hidden_states,
-            memory_states,
-            memory_in_clip,
-            hidden_in_clip,
+            initial_hidden,
+            initial_memory,
+            packed_hidden,
+            packed_memory,
+            unclipped_hidden,
+            unclipped_memory,
+            memory_tanh,
+            cell_outputs,
         )
-        return outputs, hidden_states[steps].clone(), memory_states[steps].clone()
+        return layout.unpack(packed_hidden), final_hidden[restore], final_memory[restore]
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, outputs_grad: torch.Tensor, hidden_grad: torch.Tensor, memory_grad: torch.Tensor):
         """The gradients of the inputs, the initial state and the parameters; None for the other arguments."""
         (
-            inputs,
-            mask,
+            packed_inputs,
             input_kernel,
             recurrent_kernel,
             projection_kernel,
             gates,
-            hidden_states,
-            memory_states,
-            memory_in_clip,
-            hidden_in_clip,
+            initial_hidden,
+            initial_memory,
+            packed_hidden,
+            packed_memory,
+            unclipped_hidden,
+            unclipped_memory,
+            memory_tanh,
+            cell_outputs,
         ) = ctx.saved_tensors
-        steps, batch_size, _ = gates.shape
-        cell = memory_states.shape[-1]
-        valid = mask.t()[..., None]
-        gates_grad = torch.empty_like(gates)  # (steps, batch, 4 * cell), zero at invalid steps
+        layout, (cell_clip, proj_clip) = ctx.layout, ctx.clips
+        cell = packed_memory.shape[-1]
+        first_rows = layout.running[0] if layout.running else 0
+        # The backward's products multiply by the transposed kernels, copied once so that each is contiguous.
+        recurrent_transposed = recurrent_kernel.t().contiguous()
+        recurrent_products = {rows: ctx.product(recurrent_transposed, rows) for rows in set(layout.running)}
         if projection_kernel is not None:
-            # The projection's inputs and its output's gradient at every step, for its gradient in one product.
-            cell_outputs = memory_states.new_empty(steps, batch_size, cell)
-            projected_grad = hidden_states.new_empty(steps, batch_size, projection_kernel.shape[1])
-        for step in reversed(range(steps)):
-            step_valid = valid[step]
-            in_gate, forget_gate, cell_input, out_gate = gates[step].split(cell, dim=-1)
-            in_grad, forget_grad, cell_input_grad, out_grad = gates_grad[step].split(cell, dim=-1)
-            # `hidden_grad` and `memory_grad` hold the gradient of the state after this step.
-            new_hidden_grad = torch.where(step_valid, hidden_grad + outputs_grad[:, step], 0.0)
-            if hidden_in_clip is not None:
-                new_hidden_grad.mul_(hidden_in_clip[step])
-            memory_tanh = memory_states[step + 1].tanh()
+            projection_transposed = projection_kernel.t().contiguous()
+            projection_products = {rows: ctx.product(projection_transposed, rows) for rows in set(layout.running)}
+            cell_output_grads = gates.new_empty(first_rows, cell)
+        # The gradient of each position's output, to which the next step's adds its state's; after the loop, the
+        # gradient of the projection's output (for its kernel's gradient in one product).
+        new_hidden_grads = layout.pack(outputs_grad)
+        gates_grad = torch.empty_like(gates)
+        # Per sorted row, the gradient of its state after the step being walked (the final state's until then).
+        hidden_grad, memory_grad = hidden_grad[layout.order], memory_grad[layout.order]
+        # Each step's derivatives are taken within the step, on rows still in cache: passes over all positions at
+        # once cost more memory traffic than they save in calls.
+        for step in reversed(range(len(layout.running))):
+            rows = layout.running[step]
+            here = slice(layout.starts[step], layout.starts[step] + rows)
+            if step > 0:
+                previous_memory = packed_memory[layout.starts[step - 1] : layout.starts[step - 1] + rows]
+            else:
+                previous_memory = initial_memory[:rows]
+            in_gate, forget_gate, cell_input, out_gate = gates[here].split(cell, dim=-1)
+            in_grad, forget_grad, cell_input_grad, out_grad = gates_grad[here].split(cell, dim=-1)
+            new_hidden_grad = new_hidden_grads[here].add_(hidden_grad[:rows])
+            # `torch.clamp` passes the gradient where it left its input unchanged (boundaries included).
+            if proj_clip is not None:
+                new_hidden_grad.mul_(unclipped_hidden[here] == packed_hidden[here])
             if projection_kernel is not None:
-                projected_grad[step] = new_hidden_grad
-                torch.mul(out_gate, memory_tanh, out=cell_outputs[step])
-                # `kernel @ grad^T` rather than `grad @ kernel^T`, here and for the recurrent kernel: at a small
-                # batch, CPU BLAS runs it two to three times faster.
-                cell_output_grad = (projection_kernel @ new_hidden_grad.t()).t()
+                cell_output_grad = cell_output_grads[:rows]
+                projection_products[rows](new_hidden_grad, cell_output_grad, False)
             else:
                 cell_output_grad = new_hidden_grad
-            torch.mul(cell_output_grad, memory_tanh, out=out_grad).mul_(out_gate).mul_(1.0 - out_gate)
-            new_memory_grad = torch.where(step_valid, memory_grad, 0.0).addcmul_(
-                cell_output_grad * out_gate, 1.0 - memory_tanh.square()
+            step_tanh = memory_tanh[here]
+            through_tanh = cell_output_grad * out_gate
+            new_memory_grad = (
+                memory_grad[:rows].add_(through_tanh).addcmul_(through_tanh * step_tanh, step_tanh, value=-1)
             )
-            if memory_in_clip is not None:
-                new_memory_grad.mul_(memory_in_clip[step])
-            torch.mul(new_memory_grad, cell_input, out=in_grad).mul_(in_gate).mul_(1.0 - in_gate)
-            torch.mul(new_memory_grad, memory_states[step], out=forget_grad).mul_(forget_gate).mul_(1.0 - forget_gate)
-            torch.mul(new_memory_grad, in_gate, out=cell_input_grad).mul_(1.0 - cell_input.square())
-            # Rows at invalid steps have no gate gradient: their state's gradient is carried to the earlier step.
-            hidden_grad = torch.where(step_valid, (recurrent_kernel @ gates_grad[step].t()).t(), hidden_grad)
-            memory_grad = torch.where(step_valid, new_memory_grad * forget_gate, memory_grad)
+            if cell_clip is not None:
+                new_memory_grad.mul_(unclipped_memory[here] == packed_memory[here])
+            # Each gate's gradient before its activation: sigmoid' = s - s^2, tanh' = 1 - t^2.
+            torch.mul(cell_output_grad, step_tanh, out=out_grad).mul_(out_gate)
+            out_grad.addcmul_(out_grad, out_gate, value=-1)
+            torch.mul(new_memory_grad, cell_input, out=in_grad).mul_(in_gate)
+            in_grad.addcmul_(in_grad, in_gate, value=-1)
+            torch.mul(new_memory_grad, previous_memory, out=forget_grad).mul_(forget_gate)
+            forget_grad.addcmul_(forget_grad, forget_gate, value=-1)
+            torch.mul(new_memory_grad, in_gate, out=cell_input_grad)
+            cell_input_grad.addcmul_(cell_input_grad * cell_input, cell_input, value=-1)
+            recurrent_products[rows](gates_grad[here], hidden_grad[:rows], False)
+            new_memory_grad.mul_(forget_gate)  # the memory before this step, through the forget gate
 
         needs_grad = ctx.needs_input_grad
-        flat_gates_grad = gates_grad.view(steps * batch_size, -1)
+        restore = torch.argsort(layout.order)
         inputs_grad = input_kernel_grad = recurrent_kernel_grad = bias_grad = projection_kernel_grad = None
-        if needs_grad[0]:
-            inputs_grad = (flat_gates_grad @ input_kernel.t()).view(steps, batch_size, -1).transpose(0, 1)
-        if needs_grad[4]:
-            input_kernel_grad = inputs.transpose(0, 1).reshape(steps * batch_size, -1).t() @ flat_gates_grad
+        if needs_grad[1]:
+            inputs_grad = layout.unpack(gates_grad @ input_kernel.t())
         if needs_grad[5]:
-            recurrent_kernel_grad = hidden_states[:steps].view(steps * batch_size, -1).t() @ flat_gates_grad
+            input_kernel_grad = packed_inputs.t() @ gates_grad
         if needs_grad[6]:
-            bias_grad = flat_gates_grad.sum(dim=0)
+            # The state each position's step read: the initial one at step 0, else the row's output a step before.
+            previous_hidden = torch.cat([initial_hidden[:first_rows], packed_hidden[layout.previous_rows()]])
+            recurrent_kernel_grad = previous_hidden.t() @ gates_grad
         if needs_grad[7]:
-            projection_kernel_grad = cell_outputs.view(steps * batch_size, cell).t() @ projected_grad.flatten(0, 1)
+            bias_grad = gates_grad.sum(dim=0)
+        if needs_grad[8]:
+            projection_kernel_grad = cell_outputs.t() @ new_hidden_grads
         return (
+            None,
             inputs_grad,
             None,
-            hidden_grad,
-            memory_grad,
+            hidden_grad[restore],
+            memory_grad[restore],
             input_kernel_grad,
             recurrent_kernel_grad,
             bias_grad,

@@ -11,7 +11,14 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
-from .kernels_elmo import dispatch, lstm_layer_in_place, lstm_layer_with_handwritten_backward, max_pooled_by_matmul
+from .crf_elmo import ConditionalRandomField, allowed_transitions
+from .kernels_elmo import (
+    dispatch,
+    distinct_rows,
+    lstm_layer_in_place,
+    lstm_layer_with_handwritten_backward,
+    max_pooled_by_matmul,
+)
 
 # What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
 # `trust_remote_code=True` from the code files saved beside the weights.
@@ -434,7 +441,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=(1.0 / module.in_features) ** 0.5)
             nn.init.zeros_(module.bias)
-        elif isinstance(module, (ElmoScalarMix, nn.LSTM)):
+        elif isinstance(module, (ElmoScalarMix, nn.LSTM, ConditionalRandomField)):
             module.reset_parameters()
 
 
@@ -474,19 +481,24 @@ class ElmoModel(ElmoPreTrainedModel):
         flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
         if word_input_ids is not None:  # a word is its row and its word id: the id rides along as a last column
             flat_ids = torch.cat([flat_ids, word_input_ids.reshape(-1, 1).to(flat_ids.dtype)], dim=-1)
+
+        def encode(ids: torch.Tensor) -> torch.Tensor:
+            if word_input_ids is None:
+                return self.char_encoder(ids)
+            return self.char_encoder(ids[:, :-1], ids[:, -1])
+
         if torch.compiler.is_exporting() or torch.compiler.is_compiling():
             # The number of distinct words is data-dependent: a traced graph encodes every position.
-            distinct_ids, where = flat_ids, None
-        else:
-            distinct_ids, where = torch.unique(flat_ids, dim=0, return_inverse=True)
-        if word_input_ids is None:
-            embedded = self.char_encoder(distinct_ids)
-        else:
-            embedded = self.char_encoder(distinct_ids[:, :-1], distinct_ids[:, -1])
-        if where is not None:
-            # Under a `device_map` the encoder returns on its own device.
-            embedded = embedded.to(where.device)[where]
-        return embedded.view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
+            return encode(flat_ids).view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
+        valid = mask.reshape(-1).bool()
+        distinct_ids, where = distinct_rows(flat_ids[valid])
+        # Under a `device_map` the encoder returns on its own device.
+        embedded = encode(distinct_ids).to(where.device)[where]
+        return (
+            embedded.new_zeros(len(valid), embedded.shape[-1])
+            .index_put((valid,), embedded)
+            .view(*input_ids.shape[:2], -1)
+        )
 
     def _validated_word_inputs(self, input_ids: torch.Tensor, word_input_ids: torch.Tensor | None):
         """`word_input_ids` checked against the config: needed exactly when the model reads a word embedding."""
@@ -851,11 +863,21 @@ class ElmoForTokenClassification(ElmoHeadModel):
     r"""
     ELMo with a per-word classifier: ELMo mix -> dropout -> optional task BiLSTM -> linear. `logits` has one row per
     position of `input_ids`; the loss never counts `<S>`, `</S>` or padding, nor positions labelled -100.
+
+    With `config.use_crf`, a linear-chain CRF (`crf_elmo.py`) links the words' labels: the loss is its negative
+    log-likelihood per labelled word, `logits` are its emission scores (their argmax is not the prediction), and
+    [`decode`] gives the Viterbi path, within the transitions of `config.crf_constraint` when set.
     """
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         self.classifier = nn.Linear(self.task_encoder.output_dim, config.num_labels)
+        if config.crf_constraint is not None and not config.use_crf:
+            raise ValueError(f"crf_constraint={config.crf_constraint!r} constrains the CRF: set use_crf=True too")
+        self.crf = None
+        if config.use_crf:
+            allowed = allowed_transitions(config.crf_constraint, config.id2label) if config.crf_constraint else None
+            self.crf = ConditionalRandomField(config.num_labels, allowed)
         self.post_init()
 
     def forward(
@@ -891,25 +913,47 @@ class ElmoForTokenClassification(ElmoHeadModel):
                     f"labels must have shape {tuple(mask.shape)} (batch, positions), got {tuple(labels.shape)}"
                 )
             labels = labels.masked_fill(~word_positions(input_ids, mask, self.config), -100).to(logits.device)
-            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
+            if self.crf is not None:
+                loss = self.crf(logits, labels)
+            else:
+                loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
             loss = loss + penalty.to(loss.device)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
         return output if return_dict else output.to_tuple()
+
+    @torch.no_grad()
+    def decode(self, logits: torch.Tensor, word_mask: torch.Tensor) -> torch.LongTensor:
+        """
+        The predicted label ids `(batch, positions)` from `logits` `(batch, positions, num_labels)`: the CRF's Viterbi
+        path over the positions where `word_mask` is set (with `config.use_crf`), else the argmax; -100 elsewhere.
+        For the Trainer: `preprocess_logits_for_metrics=lambda logits, labels: model.decode(logits, labels != -100)`.
+        """
+        word_mask = word_mask.to(device=logits.device, dtype=torch.bool)
+        if self.crf is not None:
+            return self.crf.decode(logits, word_mask)
+        return logits.argmax(dim=-1).masked_fill(~word_mask, -100)
 
     @torch.no_grad()
     def predict_word_labels(self, encoding) -> list[list[tuple[str, float]]]:
         """
         Word-level predictions (the `token-classification` pipeline cannot read character rows): for a tokenizer
         output that has `word_ids()`, one `(label, probability)` per word of each sentence, labels from
-        `config.id2label`. Batched pairs are not supported.
+        `config.id2label`. Batched pairs are not supported. With `config.use_crf`, the labels are the Viterbi path
+        and each probability is the CRF's marginal probability of that label at that word.
         """
         inputs = {
             key: encoding[key].to(self.device)
             for key in ("input_ids", "attention_mask", "word_input_ids")
             if key in encoding
         }
-        probabilities = self(**inputs).logits.softmax(dim=-1)
-        scores, labels = probabilities.max(dim=-1)
+        logits = self(**inputs).logits
+        word_mask = torch.tensor(
+            [[word is not None for word in encoding.word_ids(row)] for row in range(logits.shape[0])],
+            device=logits.device,
+        )
+        labels = self.decode(logits, word_mask)
+        probabilities = self.crf.marginals(logits, word_mask) if self.crf is not None else logits.softmax(dim=-1)
+        scores = probabilities.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
         sentences = []
         for row in range(labels.shape[0]):
             words = [(position, word) for position, word in enumerate(encoding.word_ids(row)) if word is not None]
@@ -1056,10 +1100,11 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 if not isinstance(num_sampled, int) or num_sampled < 1:
                     raise ValueError("training ElmoForPreTraining needs config.n_negative_samples (an int >= 1)")
                 negatives = sample_log_uniform(num_sampled, self.softmax.out_features, labels.device)
-            forward_loss = self._direction_loss(forward_states, labels[:, 1:], negatives)
             # A padded position's backward state must not predict the last word of its row.
             backward_targets = labels[:, :-1].masked_fill(~valid[:, 1:], -100)
-            backward_loss = self._direction_loss(backward_states, backward_targets, negatives)
+            forward_loss, backward_loss = self._direction_losses(
+                (forward_states, backward_states), (labels[:, 1:], backward_targets), negatives
+            )
             loss = (forward_loss + backward_loss) / 2
         output = ElmoForPreTrainingOutput(
             loss=loss,
@@ -1076,16 +1121,30 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         dim = self.config.projection_dim
         return top_layer[:, :-1, :dim], top_layer[:, 1:, dim:]
 
-    def _direction_loss(self, states: torch.Tensor, targets: torch.Tensor, negatives: torch.Tensor | None):
-        """Mean NLL of `targets` `(batch, T-1)` given `states` `(batch, T-1, P)`; sampled when `negatives` is given."""
-        keep = targets != -100
-        states, targets = states[keep], targets[keep]
-        if targets.numel() == 0:
+    def _direction_losses(
+        self,
+        states: tuple[torch.Tensor, torch.Tensor],
+        targets: tuple[torch.Tensor, torch.Tensor],
+        negatives: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """
+        Mean NLL of each direction's `targets` `(batch, T-1)` given its `states` `(batch, T-1, P)`; sampled when
+        `negatives` is given. Both directions go through the softmax together: one lookup of the rows they use.
+        """
+        keeps = [direction_targets != -100 for direction_targets in targets]
+        states = torch.cat([direction_states[keep] for direction_states, keep in zip(states, keeps)])
+        counts = [int(keep.sum()) for keep in keeps]
+        targets = torch.cat([direction_targets[keep] for direction_targets, keep in zip(targets, keeps)])
+        if min(counts) == 0:
             raise ValueError("labels leave no word to predict")
         if targets.min() < 0 or targets.max() >= self.softmax.out_features:
             raise ValueError(f"labels must be word ids in [0, {self.softmax.out_features}) or -100")
         if negatives is None:
-            return F.cross_entropy(self.softmax(states).float().to(targets.device), targets)
+            # The exact softmax's logits span the vocabulary: one direction at a time.
+            return tuple(
+                F.cross_entropy(self.softmax(part).float().to(targets.device), part_targets)
+                for part, part_targets in zip(states.split(counts), targets.split(counts))
+            )
         vocab_size, num_sampled = self.softmax.out_features, negatives.numel()
         true_logits, sampled_logits = (
             logits.float().to(targets.device) for logits in self.softmax(states, targets, negatives)
@@ -1093,7 +1152,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         sampled_logits = sampled_logits - log_expected_counts(negatives, vocab_size, num_sampled)
         sampled_logits = sampled_logits.masked_fill(negatives[None, :] == targets[:, None], float("-inf"))
         logits = torch.cat([true_logits[:, None], sampled_logits], dim=1)
-        return F.cross_entropy(logits, torch.zeros_like(targets))
+        losses = F.cross_entropy(logits, torch.zeros_like(targets), reduction="none")
+        forward_losses, backward_losses = losses.split(counts)
+        return forward_losses.mean(), backward_losses.mean()
 
     @torch.no_grad()
     def word_log_probs(

@@ -253,7 +253,11 @@ class PretrainingArguments(TrainingArguments):
     )
     logging_steps: float = field(default=50, metadata={"help": "steps between logged losses"})
     dataloader_num_workers: int = field(
-        default=0, metadata={"aliases": ["--dataloader-workers"], "help": "processes loading batches"}
+        default=1,
+        metadata={
+            "aliases": ["--dataloader-workers"],
+            "help": "processes tokenising batches ahead of the training step (0: in the training process)",
+        },
     )
     remove_unused_columns: bool = field(default=False, metadata={"help": "keep False: the collator reads the text"})
     resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output-dir"})
@@ -263,6 +267,13 @@ class PretrainingArguments(TrainingArguments):
             "help": "keep the checkpoints in --output-dir when training ends (by default only the model is kept)"
         },
     )
+
+    def __post_init__(self):
+        super().__post_init__()
+        # Pinned memory only speeds up copies to an accelerator; without one, DataLoader warns that it is unused.
+        self.dataloader_pin_memory = (
+            self.dataloader_pin_memory and torch.accelerator.is_available() and not self.use_cpu
+        )
 
 
 def build_parser() -> HfArgumentParser:

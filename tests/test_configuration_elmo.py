@@ -70,3 +70,17 @@ def test_bad_options_are_refused(options, message):
 def test_incomplete_original_options_are_refused():
     with pytest.raises(ValueError, match="lacks a required entry"):
         ElmoConfig.from_original_options({"lstm": {"dim": 8}})
+
+
+def test_crf_options_are_saved_and_checked(tmp_path):
+    assert (ElmoConfig().use_crf, ElmoConfig().crf_constraint) == (False, None)
+    config = ElmoConfig(use_crf=True, crf_constraint="BIOES")
+    config.save_pretrained(tmp_path)
+    loaded = ElmoConfig.from_pretrained(tmp_path)
+    assert (loaded.use_crf, loaded.crf_constraint) == (True, "BIOES")
+    assert config.to_original_options() == ElmoConfig().to_original_options()
+    message = r"^crf_constraint must be one of \('BIO', 'BIOES'\) or None, got 'BIOUL'$"
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig(crf_constraint="BIOUL")
+    with pytest.raises(ValueError, match=message):
+        loaded.crf_constraint = "BIOUL"  # as from_pretrained(..., crf_constraint=...) sets it

@@ -191,7 +191,8 @@ def test_run_classification(base_model, tmp_path):
     assert again["test_macro_f1"] == pytest.approx(results["test_macro_f1"])
 
 
-def test_run_token_classification(base_model, tmp_path):
+@pytest.mark.parametrize("crf_arguments", [[], ["--use_crf", "--crf_constraint", "BIO"]], ids=["softmax", "crf"])
+def test_run_token_classification(base_model, tmp_path, crf_arguments):
     write_conll(tmp_path / "train.conll", tagged_sentences(48, seed=0))
     validation = tagged_sentences(16, seed=1)
     (tmp_path / "validation.json").write_text(json.dumps([{"tokens": w, "tags": t} for w, t in validation]))
@@ -223,6 +224,7 @@ def test_run_token_classification(base_model, tmp_path):
             "8",
             "--learning_rate",
             "0.05",
+            *crf_arguments,
         ],
         tmp_path,
     )
@@ -235,6 +237,8 @@ def test_run_token_classification(base_model, tmp_path):
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     model = AutoModelForTokenClassification.from_pretrained(output_dir).eval()
     assert set(model.config.label2id) == {"O", "B-LOC", "B-PER"} and model.config.id2label[0] == "O"
+    # With --use_crf, predict_word_labels gives the Viterbi path: the written predictions and metrics are its.
+    assert (model.config.use_crf, model.config.crf_constraint) == ((True, "BIO") if crf_arguments else (False, None))
     encoding = tokenizer([words for words, _ in test], is_split_into_words=True, padding=True, return_tensors="pt")
     predicted = [[tag for tag, _ in sentence] for sentence in model.predict_word_labels(encoding)]
     written = [
@@ -253,6 +257,50 @@ def test_run_token_classification(base_model, tmp_path):
 
     header = front_matter((output_dir / "README.md").read_text())
     assert {"library_name: hf_elmo", "pipeline_tag: token-classification"} <= set(header)
+
+
+def test_run_token_classification_scores_the_viterbi_path_of_a_crf_tagger(base_model, tmp_path):
+    # A CRF tagger whose transitions forbid any tag twice in a row, so that its path cannot be the emissions' argmax;
+    # given as it is (without --use_crf: it keeps its CRF), the example writes and scores that path.
+    tags = ["O", "B-LOC", "B-PER"]
+    tagger = AutoModelForTokenClassification.from_pretrained(
+        base_model,
+        num_labels=3,
+        use_crf=True,
+        crf_constraint="BIO",
+        id2label=dict(enumerate(tags)),
+        label2id={tag: i for i, tag in enumerate(tags)},
+    ).eval()
+    with torch.no_grad():
+        tagger.crf.transitions.fill_diagonal_(-10.0)
+    tagger.save_pretrained(tmp_path / "tagger")
+    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    tokenizer.save_pretrained(tmp_path / "tagger")
+    test = tagged_sentences(16, seed=2)
+    write_conll(tmp_path / "test.conll", test)
+    output_dir = tmp_path / "predicted"
+    run_example(
+        "run_token_classification.py",
+        ["--model_name_or_path", tmp_path / "tagger", "--test_file", tmp_path / "test.conll"]
+        + ["--do_predict", "--output_dir", output_dir],
+        tmp_path,
+    )
+
+    written = [
+        [line.split()[1] for line in block.splitlines()]
+        for block in (output_dir / "test_predictions.conll").read_text().strip().split("\n\n")
+    ]
+    encoding = tokenizer([words for words, _ in test], is_split_into_words=True, padding=True, return_tensors="pt")
+    assert written == [[tag for tag, _ in sentence] for sentence in tagger.predict_word_labels(encoding)]
+    assert all(a != b for sentence in written for a, b in zip(sentence, sentence[1:]))
+    words = torch.tensor([[word is not None for word in encoding.word_ids(i)] for i in range(len(test))])
+    with torch.no_grad():
+        argmax = tagger(**encoding).logits.argmax(dim=-1)
+    assert written != [[tags[i] for i in row[keep].tolist()] for row, keep in zip(argmax, words)]
+    results = json.loads((output_dir / "all_results.json").read_text())
+    gold = [tag for _, sentence_tags in test for tag in sentence_tags]
+    flat = [tag for sentence in written for tag in sentence]
+    assert results["test_accuracy"] == pytest.approx(np.mean([p == g for p, g in zip(flat, gold)]))
 
 
 def test_prepare_nsmc_splits_by_movie_and_nests_the_training_sizes(tmp_path):

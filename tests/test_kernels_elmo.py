@@ -9,10 +9,15 @@ import json
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
+from conftest import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, min_cosine, tiny_config
 
 from hf_elmo import ElmoModel, kernels_elmo
-from hf_elmo.kernels_elmo import ElmoLstmLayerFunction, gate_chunks, lstm_layer_with_handwritten_backward
+from hf_elmo.kernels_elmo import (
+    ElmoLstmLayerFunction,
+    blas_product,
+    gate_chunks,
+    lstm_layer_with_handwritten_backward,
+)
 from hf_elmo.modeling_elmo import ElmoBiLm, ElmoLstmLayer, lstm_layer_reference
 
 
@@ -108,6 +113,22 @@ def test_gate_chunks(step_starts, max_rows, chunks):
     assert gate_chunks(step_starts, max_rows) == chunks
 
 
+@pytest.mark.parametrize(
+    "shape, high",
+    [((200, 20), 5), ((200, 50), 262), ((300, 21), 4000), ((1, 7), 3), ((0, 20), 1)],
+    ids=["few-ids", "bytes", "learned-vocabulary", "one-row", "empty"],
+)
+def test_distinct_rows_equals_torch_unique(shape, high):
+    """Exactly `torch.unique(dim=0, return_inverse=True)`: the same rows in the same order, the same inverse."""
+    generator = torch.Generator().manual_seed(0)
+    rows = torch.randint(0, high, shape, generator=generator)
+    if len(rows) > 10:
+        rows[::3] = rows[1::3][: len(rows[::3])]  # many repeated rows
+    distinct, inverse = kernels_elmo.distinct_rows(rows)
+    expected_distinct, expected_inverse = torch.unique(rows, dim=0, return_inverse=True)
+    assert torch.equal(distinct, expected_distinct) and torch.equal(inverse, expected_inverse)
+
+
 def test_fast_recurrence_with_repeated_words(monkeypatch):
     """The first layer projects each distinct word once; positions sharing a word must still get their own gates."""
     torch.manual_seed(0)
@@ -188,8 +209,6 @@ def test_fast_character_cnn_matches_conv1d(config_overrides, words, monkeypatch)
 
 
 # Gradients of the hand-written backward (`ElmoLstmLayerFunction`) against autograd through the reference loop.
-# `atol` is per unit of each gradient's largest magnitude (see `assert_gradients_match`).
-GRADIENT_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}
 
 
 def bilm_with_weights_of_scale(config, scale, dtype=torch.float32, seed=0):
@@ -230,24 +249,6 @@ def bilm_results_and_gradients(bilm, mask, tokens, hidden, memory, fast, monkeyp
     leaves = {"tokens": tokens, "hidden": hidden, "memory": memory, **dict(bilm.named_parameters())}
     gradients = torch.autograd.grad(loss, list(leaves.values()))
     return [result.detach() for result in results], dict(zip(leaves, gradients))
-
-
-def assert_gradients_match(handwritten, reference, atol, rtol):
-    """
-    Each gradient within `atol` times its largest magnitude (at least 1) plus `rtol` times itself. In float32 either
-    path's sums over steps, rows and layers are off by about 1e-6 of the largest magnitude: against float64, the
-    reference's own gradients at magnitudes near 10 are off by up to 1.2e-5.
-    """
-    assert handwritten.keys() == reference.keys()
-    for name in reference:
-        scale = max(reference[name].abs().max().item(), 1.0)
-        torch.testing.assert_close(
-            handwritten[name],
-            reference[name],
-            atol=atol * scale,
-            rtol=rtol,
-            msg=lambda message, name=name: f"{name}: {message}",
-        )
 
 
 @pytest.mark.parametrize(
@@ -313,6 +314,7 @@ def test_handwritten_backward_passes_gradcheck(projected):
     def layer_function(inputs, hidden, memory, *parameters):
         projection_kernel = parameters[3] if projected else None
         return ElmoLstmLayerFunction.apply(
+            lambda kernel, rows: blas_product(kernel),
             inputs,
             mask,
             hidden,

@@ -236,3 +236,93 @@ def test_bad_config_values_are_rejected():
         tiny_config(pooling="sum")
     with pytest.raises(ValueError, match="mix_weights"):
         tiny_config(mix_weights=[1.0])
+
+
+# -- the token head's CRF ---------------------------------------------------------------------------------------------
+
+BIO_LABELS = {0: "O", 1: "B-LOC", 2: "I-LOC"}
+
+
+def make_crf_head(**overrides):
+    options = dict(id2label=BIO_LABELS, label2id={label: i for i, label in BIO_LABELS.items()})
+    return make_head(ElmoForTokenClassification, use_crf=True, **{**options, **overrides})
+
+
+def word_mask(batch) -> torch.Tensor:
+    return torch.tensor([[word is not None for word in batch.word_ids(i)] for i in range(len(batch["input_ids"]))])
+
+
+def test_crf_head_starts_as_the_softmax_head_and_trains_its_transitions(tiny_tokenizer):
+    # The CRF's transitions start at zero: the same logits (its emission scores) and the same loss as without it.
+    batch = encode(tiny_tokenizer, SENTENCES)
+    torch.manual_seed(1)
+    labels = torch.randint(0, 3, batch["input_ids"].shape[:2])  # boundaries and padding hold labels too: ignored
+    labels[1, 3] = -100
+    plain = make_head(ElmoForTokenClassification, task_lstm_dim=4, id2label=BIO_LABELS)
+    crf = make_crf_head(task_lstm_dim=4)
+    with torch.no_grad():
+        expected = plain(**batch, labels=labels)
+    out = crf(**batch, labels=labels)
+    assert torch.equal(out.logits, expected.logits) and out.logits.shape == (2, batch["input_ids"].shape[1], 3)
+    torch.testing.assert_close(out.loss, expected.loss, atol=FLOAT32_TOLERANCE, rtol=0)
+    out.loss.backward()
+    assert crf.crf.transitions.grad.abs().sum() > 0 and crf.crf.start_transitions.grad.abs().sum() > 0
+
+
+def test_crf_head_predicts_the_viterbi_path_with_marginal_probabilities(tiny_tokenizer):
+    model = make_crf_head(crf_constraint="BIO")
+    with torch.no_grad():
+        model.crf.transitions.copy_(torch.tensor([[0.0, 3.0, 0.0], [-2.0, 0.0, 4.0], [1.0, 0.0, 2.0]]))
+    batch = encode(tiny_tokenizer, SENTENCES)
+    words = word_mask(batch)
+    with torch.no_grad():
+        logits = model(**batch).logits
+    path = model.decode(logits, words)
+    assert torch.equal(path, model.crf.decode(logits, words)) and (path[~words] == -100).all()
+    assert not torch.equal(path[words], logits.argmax(dim=-1)[words])  # the transitions changed the prediction
+    for row, keep in zip(path, words):
+        tags = ["O"] + [BIO_LABELS[i] for i in row[keep].tolist()]
+        assert all(not b.startswith("I-") or a != "O" for a, b in zip(tags, tags[1:]))  # legal BIO
+    marginals = model.crf.marginals(logits, words)
+    predicted = model.predict_word_labels(batch)
+    for i, sentence in enumerate(predicted):
+        positions = words[i].nonzero().squeeze(1)
+        assert [label for label, _ in sentence] == [BIO_LABELS[path[i, p].item()] for p in positions]
+        expected = [marginals[i, p, path[i, p]].item() for p in positions]
+        assert [probability for _, probability in sentence] == pytest.approx(expected)
+    plain = make_head(ElmoForTokenClassification, id2label=BIO_LABELS)
+    with torch.no_grad():
+        plain_logits = plain(**batch).logits
+    assert torch.equal(plain.decode(plain_logits, words), plain_logits.argmax(dim=-1).masked_fill(~words, -100))
+
+
+def test_crf_head_reloads_with_its_transitions_and_options(tmp_path, tiny_tokenizer, tiny_model):
+    tiny_model.save_pretrained(tmp_path / "bilm")
+    labels = dict(id2label=BIO_LABELS, label2id={label: i for i, label in BIO_LABELS.items()})
+    model = AutoModelForTokenClassification.from_pretrained(
+        tmp_path / "bilm", num_labels=3, use_crf=True, crf_constraint="BIO", **labels
+    ).eval()
+    assert type(model) is ElmoForTokenClassification and all((p == 0).all() for p in model.crf.parameters())
+    assert model.crf.transitions.requires_grad
+    with torch.no_grad():
+        for parameter in (*model.crf.parameters(), *model.classifier.parameters()):
+            parameter.add_(torch.randn_like(parameter))
+    batch = encode(tiny_tokenizer, SENTENCES)
+    with torch.no_grad():
+        expected = model.decode(model(**batch).logits, word_mask(batch))
+    model.save_pretrained(tmp_path / "tagger")
+    assert (tmp_path / "tagger" / "crf_elmo.py").is_file()  # the code of remote loading imports it
+    reloaded = ElmoForTokenClassification.from_pretrained(tmp_path / "tagger").eval()
+    assert (reloaded.config.use_crf, reloaded.config.crf_constraint) == (True, "BIO")
+    assert reloaded.crf.allowed == model.crf.allowed
+    for name, value in model.crf.state_dict().items():
+        assert torch.equal(reloaded.crf.state_dict()[name], value), name
+    with torch.no_grad():
+        assert torch.equal(reloaded.decode(reloaded(**batch).logits, word_mask(batch)), expected)
+
+
+def test_crf_options_are_checked():
+    with pytest.raises(ValueError, match="^crf_constraint='BIO' constrains the CRF: set use_crf=True too$"):
+        make_head(ElmoForTokenClassification, crf_constraint="BIO", id2label=BIO_LABELS)
+    with pytest.raises(ValueError, match="needs labels named O or B/I/E/S-TYPE in id2label, got 'U-LOC'$"):
+        make_crf_head(crf_constraint="BIOES", id2label={0: "O", 1: "B-LOC", 2: "U-LOC"})

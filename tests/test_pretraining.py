@@ -11,11 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, tiny_config
 from transformers import EvalPrediction
 
 from hf_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer
-from hf_elmo.modeling_elmo import ElmoForPreTraining
+from hf_elmo.modeling_elmo import ElmoForPreTraining, ElmoLstmLayer
 from hf_elmo.pretraining import build_word_vocab, direction_nll_sums, main, perplexity_metrics
 
 WORDS = [f"w{i}" for i in range(24)]
@@ -103,6 +103,39 @@ def test_loss_is_the_mean_nll_of_next_and_previous_words(vocab_tokenizer):
     torch.testing.assert_close(output.forward_loss, expected_forward)
     torch.testing.assert_close(output.backward_loss, expected_backward)
     torch.testing.assert_close(output.loss, (expected_forward + expected_backward) / 2)
+
+
+def test_fast_training_path_gives_the_reference_loss_and_gradients(vocab_tokenizer, monkeypatch):
+    """
+    A training step's sampled loss and every gradient (character CNN, biLM, softmax) on sentences of uneven lengths:
+    the default path (recurrence on the valid positions, hand-written backward) against autograd through the
+    reference code, with the same negatives. (The recurrence alone is also checked in float64 in test_kernels_elmo.)
+    """
+    model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).train()
+    rng = random.Random(0)
+    sentences = [[rng.choice(WORDS) for _ in range(rng.randint(1, 9))] for _ in range(7)]
+    batch = vocab_tokenizer(
+        sentences, is_split_into_words=True, padding=True, return_word_labels=True, return_tensors="pt"
+    )
+    fast_calls = []
+    handwritten = ElmoLstmLayer.implementations["training"]
+    monkeypatch.setitem(
+        ElmoLstmLayer.implementations, "training", lambda *args: fast_calls.append(1) or handwritten(*args)
+    )
+    results = {}
+    for implementation in ("reference", "auto"):
+        monkeypatch.setattr(model.config, "recurrence_implementation", implementation)
+        torch.manual_seed(1)  # the same sampled negatives
+        loss = model(**batch).loss
+        parameters = dict(model.named_parameters())
+        results[implementation] = (
+            loss.item(),
+            dict(zip(parameters, torch.autograd.grad(loss, list(parameters.values())))),
+        )
+    assert len(fast_calls) == 2 * model.config.n_layers  # each layer of each direction, on the default path only
+    (fast_loss, fast_gradients), (exact_loss, exact_gradients) = results["auto"], results["reference"]
+    assert abs(fast_loss - exact_loss) <= FLOAT32_TOLERANCE
+    assert_gradients_match(fast_gradients, exact_gradients, **GRADIENT_TOLERANCE)
 
 
 def test_forward_lm_never_sees_the_word_it_predicts(vocab_tokenizer):

@@ -117,6 +117,41 @@ def test_trainer_trains_token_head(base_checkpoint, tmp_path):
         assert (labels[positions - 1 :] == -100).all()
 
 
+def test_trainer_trains_token_head_with_crf(tmp_path):
+    # A random tiny biLM: the CRF's loss must fall from the task's own signal, without the original checkpoint.
+    torch.manual_seed(0)
+    ElmoModel(tiny_config()).save_pretrained(tmp_path / "base")
+    tokenizer = ElmoTokenizer(max_characters_per_token=20)
+    torch.manual_seed(0)  # the head's initialisation
+    model = ElmoForTokenClassification.from_pretrained(
+        tmp_path / "base",
+        num_labels=2,
+        use_crf=True,
+        crf_constraint="BIO",
+        mix_dropout=0.1,
+        id2label=dict(enumerate(ENTITY_LABELS)),
+        label2id={label: i for i, label in enumerate(ENTITY_LABELS)},
+    )
+    trainer = Trainer(
+        model=model,
+        args=training_args(tmp_path / "run", max_steps=48),
+        data_collator=DataCollatorForTokenClassification(tokenizer),
+        train_dataset=entity_dataset(tokenizer, 64, seed=0),
+        eval_dataset=entity_dataset(tokenizer, 32, seed=1),
+        preprocess_logits_for_metrics=lambda logits, labels: model.decode(logits, labels != -100),
+    )
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    after = trainer.evaluate()["eval_loss"]
+    assert after < 0.8 * before, (before, after)
+    assert model.crf.transitions.abs().sum() > 0  # the transitions trained with the rest
+    # Evaluation gathers the Viterbi label ids of the words (-100 where the labels are), batch after batch.
+    prediction = trainer.predict(trainer.eval_dataset)
+    assert prediction.predictions.shape == prediction.label_ids.shape
+    assert ((prediction.predictions == -100) == (prediction.label_ids == -100)).all()
+    assert set(prediction.predictions[prediction.label_ids != -100].tolist()) <= {0, 1}
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="mixed-precision training needs CUDA")
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -11,6 +11,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassif
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
+from .crf_elmo import ConditionalRandomField, allowed_transitions
 from .kernels_elmo import dispatch, lstm_layer_in_place, lstm_layer_with_handwritten_backward, max_pooled_by_matmul
 
 # What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
@@ -434,7 +435,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=(1.0 / module.in_features) ** 0.5)
             nn.init.zeros_(module.bias)
-        elif isinstance(module, (ElmoScalarMix, nn.LSTM)):
+        elif isinstance(module, (ElmoScalarMix, nn.LSTM, ConditionalRandomField)):
             module.reset_parameters()
 
 
@@ -851,11 +852,21 @@ class ElmoForTokenClassification(ElmoHeadModel):
     r"""
     ELMo with a per-word classifier: ELMo mix -> dropout -> optional task BiLSTM -> linear. `logits` has one row per
     position of `input_ids`; the loss never counts `<S>`, `</S>` or padding, nor positions labelled -100.
+
+    With `config.use_crf`, a linear-chain CRF (`crf_elmo.py`) links the words' labels: the loss is its negative
+    log-likelihood per labelled word, `logits` are its emission scores (their argmax is not the prediction), and
+    [`decode`] gives the Viterbi path, within the transitions of `config.crf_constraint` when set.
     """
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         self.classifier = nn.Linear(self.task_encoder.output_dim, config.num_labels)
+        if config.crf_constraint is not None and not config.use_crf:
+            raise ValueError(f"crf_constraint={config.crf_constraint!r} constrains the CRF: set use_crf=True too")
+        self.crf = None
+        if config.use_crf:
+            allowed = allowed_transitions(config.crf_constraint, config.id2label) if config.crf_constraint else None
+            self.crf = ConditionalRandomField(config.num_labels, allowed)
         self.post_init()
 
     def forward(
@@ -891,25 +902,47 @@ class ElmoForTokenClassification(ElmoHeadModel):
                     f"labels must have shape {tuple(mask.shape)} (batch, positions), got {tuple(labels.shape)}"
                 )
             labels = labels.masked_fill(~word_positions(input_ids, mask, self.config), -100).to(logits.device)
-            loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
+            if self.crf is not None:
+                loss = self.crf(logits, labels)
+            else:
+                loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
             loss = loss + penalty.to(loss.device)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
         return output if return_dict else output.to_tuple()
+
+    @torch.no_grad()
+    def decode(self, logits: torch.Tensor, word_mask: torch.Tensor) -> torch.LongTensor:
+        """
+        The predicted label ids `(batch, positions)` from `logits` `(batch, positions, num_labels)`: the CRF's Viterbi
+        path over the positions where `word_mask` is set (with `config.use_crf`), else the argmax; -100 elsewhere.
+        For the Trainer: `preprocess_logits_for_metrics=lambda logits, labels: model.decode(logits, labels != -100)`.
+        """
+        word_mask = word_mask.to(device=logits.device, dtype=torch.bool)
+        if self.crf is not None:
+            return self.crf.decode(logits, word_mask)
+        return logits.argmax(dim=-1).masked_fill(~word_mask, -100)
 
     @torch.no_grad()
     def predict_word_labels(self, encoding) -> list[list[tuple[str, float]]]:
         """
         Word-level predictions (the `token-classification` pipeline cannot read character rows): for a tokenizer
         output that has `word_ids()`, one `(label, probability)` per word of each sentence, labels from
-        `config.id2label`. Batched pairs are not supported.
+        `config.id2label`. Batched pairs are not supported. With `config.use_crf`, the labels are the Viterbi path
+        and each probability is the CRF's marginal probability of that label at that word.
         """
         inputs = {
             key: encoding[key].to(self.device)
             for key in ("input_ids", "attention_mask", "word_input_ids")
             if key in encoding
         }
-        probabilities = self(**inputs).logits.softmax(dim=-1)
-        scores, labels = probabilities.max(dim=-1)
+        logits = self(**inputs).logits
+        word_mask = torch.tensor(
+            [[word is not None for word in encoding.word_ids(row)] for row in range(logits.shape[0])],
+            device=logits.device,
+        )
+        labels = self.decode(logits, word_mask)
+        probabilities = self.crf.marginals(logits, word_mask) if self.crf is not None else logits.softmax(dim=-1)
+        scores = probabilities.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
         sentences = []
         for row in range(labels.shape[0]):
             words = [(position, word) for position, word in enumerate(encoding.word_ids(row)) if word is not None]

@@ -3,6 +3,7 @@
 from transformers import PretrainedConfig
 
 from .alphabet_elmo import CharacterAlphabet
+from .crf_elmo import LABEL_SCHEMES
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
@@ -43,12 +44,11 @@ class ElmoConfig(PretrainedConfig):
             candidates (`"blas"`: `torch.mm` on the `(in, out)` kernels; `"onednn"`: oneDNN's linear on a
             prepacked copy) for each product shape on first use, and keeps the fastest for this CPU, thread count
             and torch version in a cache file (`$HF_ELMO_CACHE`, default `~/.cache/hf_elmo`), so that the choice
-            is made once per machine. oneDNN's copies cost memory (+251 MB resident at the original shapes and
-            batch 32); `"blas"` has none. `"blas"` and `"onednn"` name one library. `"int8"` is opt-in reduced
-            precision for small batches, where each step streams its weights: the recurrent and projection kernels
-            quantised per output channel, their products in int8 with dynamically quantised inputs (the top layer's
-            cosine with float32 stays above 0.999 on the models measured in `benchmarks/RESULTS.md`). Ignored off the
-            CPU fast path.
+            is made once per machine. oneDNN's prepacked copies cost resident memory; `"blas"` has none. `"blas"`
+            and `"onednn"` name one library. `"int8"` is opt-in reduced precision for small batches, where each step
+            streams its weights: the recurrent and projection kernels quantised per output channel, their products in
+            int8 with dynamically quantised inputs, which changes the outputs slightly (their cosine with float32 is
+            in `benchmarks/RESULTS.md`). Ignored off the CPU fast path.
 
     Models trained by other code (ELMoForManyLangs) also set:
 
@@ -79,6 +79,10 @@ class ElmoConfig(PretrainedConfig):
         pooling (`str`): how `ElmoForSequenceClassification` pools the words: `"mean"`, `"max"` or `"mean_max"`.
         pair_classification (`bool`): `ElmoForSequenceClassification` pools the two sentences marked by
             `token_type_ids` separately and classifies `[u ; v ; |u - v| ; u * v]`.
+        use_crf (`bool`): `ElmoForTokenClassification` puts a linear-chain CRF over its per-word scores: the loss
+            is the CRF's negative log-likelihood and the prediction the Viterbi path (see `crf_elmo.py`).
+        crf_constraint (`str`, *optional*): with `use_crf`, the label scheme of `id2label` (`"BIO"` or `"BIOES"`)
+            whose illegal transitions (such as `O` -> `I-PER`) decoding never takes; `None` for none.
 
     `ElmoForPreTraining` also reads:
 
@@ -119,6 +123,8 @@ class ElmoConfig(PretrainedConfig):
         task_lstm_dim=0,
         pooling="mean",
         pair_classification=False,
+        use_crf=False,
+        crf_constraint=None,
         word_vocab_size=None,
         n_negative_samples=None,
         char_vocab_size=None,
@@ -183,6 +189,8 @@ class ElmoConfig(PretrainedConfig):
         self.task_lstm_dim = task_lstm_dim
         self.pooling = pooling
         self.pair_classification = pair_classification
+        self.use_crf = use_crf
+        self.crf_constraint = crf_constraint
         self.word_vocab_size = word_vocab_size
         self.n_negative_samples = n_negative_samples
         self.char_vocab_size = char_vocab_size
@@ -201,6 +209,8 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"recurrence_implementation must be one of {RECURRENCE_IMPLEMENTATIONS}, got {value!r}")
         if key == "cpu_matmul" and value not in CPU_MATMULS:
             raise ValueError(f"cpu_matmul must be one of {CPU_MATMULS}, got {value!r}")
+        if key == "crf_constraint" and value is not None and value not in LABEL_SCHEMES:
+            raise ValueError(f"crf_constraint must be one of {tuple(LABEL_SCHEMES)} or None, got {value!r}")
         super().__setattr__(key, value)
 
     @property
