@@ -1,15 +1,10 @@
-from transformers import (
-    AutoConfig,
-    AutoModel,
-    AutoModelForPreTraining,
-    AutoModelForSequenceClassification,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-)
+import transformers
+from transformers import AutoConfig, AutoTokenizer
 
 from .bundled import BUNDLED_MODELS, bundled_model_path
 from .configuration_elmo import ElmoConfig
 from .modeling_elmo import (
+    AUTO_CLASSES,
     ElmoForPreTraining,
     ElmoForPreTrainingOutput,
     ElmoForSequenceClassification,
@@ -42,11 +37,6 @@ AutoConfig.register("elmo", ElmoConfig, exist_ok=True)
 AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
 ElmoConfig.register_for_auto_class("AutoConfig")
 ElmoTokenizer.register_for_auto_class("AutoTokenizer")
-for _auto_class, _model_class in (
-    (AutoModel, ElmoModel),
-    (AutoModelForSequenceClassification, ElmoForSequenceClassification),
-    (AutoModelForTokenClassification, ElmoForTokenClassification),
-    (AutoModelForPreTraining, ElmoForPreTraining),
-):
-    _auto_class.register(ElmoConfig, _model_class, exist_ok=True)
-    _model_class.register_for_auto_class(_auto_class.__name__)
+for _auto_class, _model_class in AUTO_CLASSES.items():
+    getattr(transformers, _auto_class).register(ElmoConfig, _model_class, exist_ok=True)
+    _model_class.register_for_auto_class(_auto_class)

@@ -13,6 +13,7 @@ In a row every id is shifted by one, so that an all-zero row means "no word here
 therefore has `size + 1` rows, row 0 all zeros.
 """
 
+import functools
 import json
 import os
 from collections import Counter
@@ -45,6 +46,7 @@ LEARNED_BOUNDARY_WORDS = ("<bos>", "<eos>")
 # The roles a learned alphabet's markers play, and the symbols ELMoForManyLangs' `char.dic` names them by.
 MARKER_ROLES = ("begin_of_sentence", "end_of_sentence", "begin_of_word", "end_of_word", "padding", "unknown")
 MARKER_SYMBOLS = ("<bos>", "<eos>", "<bow>", "<eow>", "<pad>", "<oov>")
+MARKER_SYMBOL_OF_ROLE = dict(zip(MARKER_ROLES, MARKER_SYMBOLS))
 CHAR_VOCAB_FILE = "char_vocab.json"
 
 
@@ -88,7 +90,7 @@ class CharacterAlphabet:
         A learned alphabet whose markers are the ids of the symbols named by `marker_symbols` (role -> symbol,
         default: the names in `MARKER_SYMBOLS`).
         """
-        names = dict(zip(MARKER_ROLES, MARKER_SYMBOLS)) if marker_symbols is None else marker_symbols
+        names = MARKER_SYMBOL_OF_ROLE if marker_symbols is None else marker_symbols
         missing = sorted(name for name in names.values() if name not in symbols)
         if missing:
             raise ValueError(f"the character vocabulary lacks the marker symbols {missing}")
@@ -114,10 +116,17 @@ class CharacterAlphabet:
 
     @classmethod
     def from_config(cls, config) -> "CharacterAlphabet":
-        """The alphabet of a model config (size and markers): bytes unless it records a learned vocabulary."""
-        if getattr(config, "char_vocab_size", None) is None:
-            return cls()
-        return cls(learned=True, size=config.char_vocab_size, markers=dict(config.char_markers))
+        """
+        The alphabet of a model config (size and markers): bytes unless it records a learned vocabulary. Read from the
+        config's fields on every call, so that it follows their changes; one shared object per size and markers.
+        """
+        size = getattr(config, "char_vocab_size", None)
+        if size is None:
+            return BYTE_ALPHABET
+        try:
+            return _learned_alphabet(size, tuple(dict(config.char_markers).items()))
+        except TypeError:  # fields that cannot be a cache key: built anew, to be refused with the reason
+            return cls(learned=True, size=size, markers=dict(config.char_markers))
 
     def config_fields(self) -> dict:
         """What a model config records of this alphabet."""
@@ -188,6 +197,15 @@ class CharacterAlphabet:
         by_id = {i: symbol for symbol, i in (self.symbols or {}).items()}
         skipped = {self.markers[role] for role in MARKER_ROLES if role != "unknown"}
         return "".join("\ufffd" if i == self.markers["unknown"] else by_id[i] for i in ids if i not in skipped)
+
+
+BYTE_ALPHABET = CharacterAlphabet()
+
+
+@functools.cache
+def _learned_alphabet(size: int, markers: tuple[tuple[str, int], ...]) -> CharacterAlphabet:
+    """The learned alphabet of a config's size and markers, built once per distinct pair (every head forward asks)."""
+    return CharacterAlphabet(learned=True, size=size, markers=dict(markers))
 
 
 def learn_character_vocabulary(

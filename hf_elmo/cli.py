@@ -47,8 +47,9 @@ class CliError(EmbedError):
 # -- model ------------------------------------------------------------------------------------------------------------
 
 
-def load_model(name: str, dtype: torch.dtype | str = "auto", device: str = "cpu"):
-    """An `ElmoModel` in eval mode and its `ElmoTokenizer` from a local folder, a bundled model's name or a Hub id."""
+def load_model(name: str, dtype: torch.dtype | str = "auto", device: str = "cpu", cpu_matmul: str = "auto"):
+    """An `ElmoModel` in eval mode and its `ElmoTokenizer` from a local folder, a bundled model's name or a Hub id;
+    `cpu_matmul` is the machine setting of `ElmoConfig`, chosen here at load time."""
     from transformers.utils import logging as transformers_logging
 
     from .bundled import resolve_model_name
@@ -68,7 +69,7 @@ def load_model(name: str, dtype: torch.dtype | str = "auto", device: str = "cpu"
     else:
         offline = _offline_without_network()
     try:
-        model = ElmoModel.from_pretrained(path if path.is_dir() else name, dtype=dtype)
+        model = ElmoModel.from_pretrained(path if path.is_dir() else name, dtype=dtype, cpu_matmul=cpu_matmul)
         tokenizer = ElmoTokenizer.from_pretrained(path if path.is_dir() else name)
         model = model.to(device).eval()
     except (OSError, ValueError, TypeError, RuntimeError) as error:
@@ -168,15 +169,14 @@ def prepare_embedding(args, processes: Processes) -> tuple:
         raise CliError("--batch-size and --max-words must be at least 1")
     device = processes.device(args.device)
     check_device(device)
-    model, tokenizer = load_model(args.model, DTYPES[args.dtype], device)
-    if args.cpu_matmul is not None:
-        model.config.cpu_matmul = args.cpu_matmul
+    model, tokenizer = load_model(args.model, DTYPES[args.dtype], device, args.cpu_matmul)
     layers = "all" if args.all else "top" if args.top else "average" if args.average else _mix_weights(args.mix, model)
     options = {
         "layers": layers,
         "pooled": args.pooled,
         "pretokenize": args.pretokenize,
         "dtype": args.dtype,
+        "cpu_matmul": args.cpu_matmul,  # changes the vectors ("int8"), and is not in the model config
         "errors": args.errors,
         "sentence_to_index": not args.forget_sentences,
     }
@@ -327,7 +327,8 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     embed.add_argument(
         "--cpu-matmul",
         choices=CPU_MATMULS,
-        help="library of the CPU products (config.cpu_matmul; default: the model's, normally auto); "
+        default="auto",
+        help="library of the CPU products (config.cpu_matmul; default auto: the fastest measured here); "
         "int8 is faster at small batches and changes the vectors slightly",
     )
     embed.add_argument(

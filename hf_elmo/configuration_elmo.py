@@ -1,6 +1,7 @@
 """ELMo configuration: every option of the original `options.json`, and of ELMoForManyLangs' models."""
 
 from transformers import PretrainedConfig
+from transformers.utils import logging
 
 from .alphabet_elmo import CharacterAlphabet
 from .crf_elmo import LABEL_SCHEMES
@@ -11,6 +12,10 @@ RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
 # The matrix products of the fast CPU recurrence (see `kernels_elmo.step_product`): "auto" measures which float32
 # library is fastest on this machine for each shape, once; "int8" is the opt-in reduced-precision mode.
 CPU_MATMULS = ("auto", "blas", "onednn", "int8")
+# How this machine computes the model, not what the model is: never written to config.json (see `ElmoConfig`).
+MACHINE_SETTINGS = ("recurrence_implementation", "cpu_matmul")
+
+logger = logging.get_logger(__name__)
 
 
 class ElmoConfig(PretrainedConfig):
@@ -49,6 +54,13 @@ class ElmoConfig(PretrainedConfig):
             streams its weights: the recurrent and projection kernels quantised per output channel, their products in
             int8 with dynamically quantised inputs, which changes the outputs slightly (their cosine with float32 is
             in `benchmarks/RESULTS.md`). Ignored off the CPU fast path.
+
+    `recurrence_implementation` and `cpu_matmul` are machine settings: they choose how this machine computes the
+    model, not what the model computes, so they are never written to `config.json` (as transformers leaves out
+    `attn_implementation`) and a loaded model runs with "auto" unless told otherwise. Choose them when loading
+    (`ElmoModel.from_pretrained(folder, cpu_matmul="int8")`) or on a loaded model's config
+    (`model.config.cpu_matmul = "int8"`); both are checked against the allowed values. A `config.json` written by
+    earlier versions, which saved them, is read without them (with a warning where it held another value than "auto").
 
     Models trained by other code (ELMoForManyLangs) also set:
 
@@ -138,35 +150,8 @@ class ElmoConfig(PretrainedConfig):
         n_layers = kwargs.pop("num_hidden_layers", n_layers)
         # Derived from projection_dim: a config.json saved by another model type may carry its own.
         kwargs.pop("hidden_size", None)
-        filters = [list(f) for f in (ORIGINAL_FILTERS if filters is None else filters)]
-        if activation not in ("relu", "tanh"):
-            raise ValueError(f"activation must be 'relu' or 'tanh', got {activation!r}")
-        if n_characters not in (261, 262):
-            raise ValueError(f"n_characters must be 261 or 262, got {n_characters!r}")
-        if max_characters_per_token < 3:
-            raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters_per_token}")
-        if not filters or any(len(f) != 2 or f[0] < 1 or f[1] < 1 for f in filters):
-            raise ValueError(f"filters must be a non-empty list of [width, n_filters] pairs, got {filters!r}")
-        if max(width for width, _ in filters) > max_characters_per_token:
-            raise ValueError("a filter is wider than max_characters_per_token")
-        if projection_dim > cell_dim:
-            raise ValueError(f"projection_dim ({projection_dim}) cannot exceed cell_dim ({cell_dim})")
-        if n_layers < 1:
-            raise ValueError(f"n_layers must be at least 1, got {n_layers}")
-        if mix_weights is not None and len(mix_weights) != n_layers + 1:
-            raise ValueError(f"mix_weights needs one value per layer ({n_layers + 1}), got {mix_weights!r}")
-        if pooling not in ("mean", "max", "mean_max"):
-            raise ValueError(f"pooling must be 'mean', 'max' or 'mean_max', got {pooling!r}")
-        if (char_vocab_size is None) != (char_markers is None):
-            raise ValueError("char_vocab_size and char_markers go together (a learned character vocabulary)")
-        if (word_input_vocab_size is None) != (word_input_dim is None):
-            raise ValueError("word_input_vocab_size and word_input_dim go together (a word-embedding input)")
-        if highway_gate not in ("transform", "carry"):
-            raise ValueError(f"highway_gate must be 'transform' or 'carry', got {highway_gate!r}")
-        if task_lstm_dim < 0:
-            raise ValueError(f"task_lstm_dim must be 0 (no task BiLSTM) or positive, got {task_lstm_dim}")
         self.char_embedding_dim = char_embedding_dim
-        self.filters = filters
+        self.filters = [list(f) for f in (ORIGINAL_FILTERS if filters is None else filters)]
         self.n_highway = n_highway
         self.activation = activation
         self.n_characters = n_characters
@@ -195,12 +180,34 @@ class ElmoConfig(PretrainedConfig):
         self.n_negative_samples = n_negative_samples
         self.char_vocab_size = char_vocab_size
         self.char_markers = None if char_markers is None else dict(char_markers)
-        CharacterAlphabet.from_config(self)  # checks the markers against the size
         self.word_input_vocab_size = word_input_vocab_size
         self.word_input_dim = word_input_dim
         self.highway_gate = highway_gate
         self.always_project = always_project
+        refuse_invalid_fields(self)
         super().__init__(**kwargs)
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs) -> "ElmoConfig":
+        """As transformers' `from_dict` (which every `from_pretrained` reads a saved config through), minus the
+        machine settings earlier versions saved: keyword arguments still set them."""
+        # Stored values are not honoured: they were the choice of the machine that saved the folder (every such folder
+        # carries both, "auto" unless that machine changed them), and a stored "int8" or "onednn" would fail on a GPU
+        # or a torch without oneDNN, or change the numbers unasked ("int8"). The loading machine chooses, as for a
+        # folder saved now.
+        for key in MACHINE_SETTINGS:
+            if config_dict.get(key, "auto") != "auto" and key not in kwargs:
+                logger.warning(
+                    f"this config.json sets {key}={config_dict[key]!r}, a machine setting no longer read from saved "
+                    f"configs: pass {key}={config_dict[key]!r} to from_pretrained to use it"
+                )
+        config_dict = {key: value for key, value in config_dict.items() if key not in MACHINE_SETTINGS}
+        return super().from_dict(config_dict, **kwargs)
+
+    def to_dict(self) -> dict:
+        """As transformers' `to_dict` (which `save_pretrained` and `to_json_string` write), without the machine
+        settings."""
+        return {key: value for key, value in super().to_dict().items() if key not in MACHINE_SETTINGS}
 
     def __setattr__(self, key, value):
         # Checked on every assignment: `from_pretrained(..., recurrence_implementation=...)` sets these after
@@ -220,7 +227,10 @@ class ElmoConfig(PretrainedConfig):
 
     @property
     def alphabet(self) -> CharacterAlphabet:
-        """The character alphabet (its size and markers) that the model's character table is for."""
+        """
+        The character alphabet (its size and markers) that the model's character table is for; built once per size and
+        markers, and never saved.
+        """
         return CharacterAlphabet.from_config(self)
 
     @property
@@ -278,6 +288,42 @@ class ElmoConfig(PretrainedConfig):
                 "activation": self.activation,
             },
         }
+
+
+FIELD_CHOICES = {
+    "activation": ("relu", "tanh"),
+    "n_characters": (261, 262),
+    "pooling": ("mean", "max", "mean_max"),
+    "highway_gate": ("transform", "carry"),
+}
+
+
+def refuse_invalid_fields(config: ElmoConfig) -> None:
+    """Raises a `ValueError` saying why, when no ELMo model can be built from `config`'s fields."""
+    for name, choices in FIELD_CHOICES.items():
+        if getattr(config, name) not in choices:
+            *others, last = map(repr, choices)
+            raise ValueError(f"{name} must be {', '.join(others)} or {last}, got {getattr(config, name)!r}")
+    filters, max_characters = config.filters, config.max_characters_per_token
+    if max_characters < 3:
+        raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters}")
+    if not filters or any(len(f) != 2 or f[0] < 1 or f[1] < 1 for f in filters):
+        raise ValueError(f"filters must be a non-empty list of [width, n_filters] pairs, got {filters!r}")
+    if max(width for width, _ in filters) > max_characters:
+        raise ValueError("a filter is wider than max_characters_per_token")
+    if config.projection_dim > config.cell_dim:
+        raise ValueError(f"projection_dim ({config.projection_dim}) cannot exceed cell_dim ({config.cell_dim})")
+    if config.n_layers < 1:
+        raise ValueError(f"n_layers must be at least 1, got {config.n_layers}")
+    if config.mix_weights is not None and len(config.mix_weights) != config.n_layers + 1:
+        raise ValueError(f"mix_weights needs one value per layer ({config.n_layers + 1}), got {config.mix_weights!r}")
+    if config.task_lstm_dim < 0:
+        raise ValueError(f"task_lstm_dim must be 0 (no task BiLSTM) or positive, got {config.task_lstm_dim}")
+    if (config.char_vocab_size is None) != (config.char_markers is None):
+        raise ValueError("char_vocab_size and char_markers go together (a learned character vocabulary)")
+    if (config.word_input_vocab_size is None) != (config.word_input_dim is None):
+        raise ValueError("word_input_vocab_size and word_input_dim go together (a word-embedding input)")
+    CharacterAlphabet.from_config(config)  # checks the markers against the size
 
 
 __all__ = ["ElmoConfig"]

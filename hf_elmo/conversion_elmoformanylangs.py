@@ -1,7 +1,8 @@
 """Converting ELMoForManyLangs models (HIT-SCIR's 44 languages, Korean among them) into hf_elmo model folders.
 
 A release folder holds `config.json` (the training arguments; its `config_path` names the model settings file),
-`char.dic` and `word.dic` (the vocabularies) and `token_embedder.pkl` / `encoder.pkl` (PyTorch state dicts). What
+`char.dic` and `word.dic` (the vocabularies; `word.dic` only for a model with a word input) and `token_embedder.pkl` /
+`encoder.pkl` (PyTorch state dicts). What
 their models do differently from bilm-tf, and how the converted folder reproduces it:
 
 - Characters come from a learned vocabulary (`char.dic`), cut to `max_characters_per_token - 2` code points, unknown
@@ -35,7 +36,8 @@ from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import CHAR_VOCAB_FILE, WORD_INPUT_VOCAB_FILE, ElmoTokenizer
 
-RELEASE_FILES = ("config.json", "char.dic", "word.dic", "token_embedder.pkl", "encoder.pkl")
+# `word.dic` is not among them: their `Embedder` reads it only when the settings give a word input (`word_dim` > 0).
+RELEASE_FILES = ("config.json", "char.dic", "token_embedder.pkl", "encoder.pkl")
 # The settings file every release's `config.json` names (`configs/cnn_50_100_512_4096_sample.json` of their
 # package), for releases that do not ship it; used when `config_path` resolves to nothing.
 STANDARD_SETTINGS_NAME = "cnn_50_100_512_4096_sample.json"
@@ -96,8 +98,9 @@ def resolve_settings(model_dir: Path, training_arguments: dict) -> tuple[dict, s
     return STANDARD_SETTINGS, f"the built-in {STANDARD_SETTINGS_NAME} settings"
 
 
-def config_from_settings(settings: dict, char_lexicon: dict, word_lexicon: dict) -> ElmoConfig:
-    """The `ElmoConfig` of a model with these settings and vocabularies; one-line errors for what cannot convert."""
+def config_from_settings(settings: dict, char_lexicon: dict, word_lexicon: dict | None) -> ElmoConfig:
+    """The `ElmoConfig` of a model with these settings and vocabularies (`word_lexicon` `None` without `word.dic`);
+    one-line errors for what cannot convert."""
     try:
         embedder, encoder = settings["token_embedder"], settings["encoder"]
         if str(embedder["name"]).lower() != "cnn":
@@ -116,6 +119,8 @@ def config_from_settings(settings: dict, char_lexicon: dict, word_lexicon: dict)
             )
         alphabet = CharacterAlphabet.from_symbols(char_lexicon, MARKER_SYMBOLS_AS_TRAINED)
         word_dim = embedder["word_dim"]
+        if word_dim > 0 and word_lexicon is None:
+            raise ElmoConversionError(f"the model reads words (word_dim {word_dim}) but the folder lacks word.dic")
         return ElmoConfig(
             char_embedding_dim=embedder["char_dim"],
             filters=embedder["filters"],
@@ -214,14 +219,15 @@ def state_dict_from_release(token_embedder: dict, encoder: dict, config: ElmoCon
     return {key: value.contiguous() for key, value in state.items()}
 
 
-def check_vocabulary_sizes(token_embedder: dict, char_lexicon: dict, word_lexicon: dict):
-    """Each `.dic` must have as many entries as its weight table has rows (their reader sizes the table from it)."""
+def check_vocabulary_sizes(token_embedder: dict, char_lexicon: dict, word_lexicon: dict | None):
+    """Each `.dic` must have as many entries as its weight table has rows (their reader sizes the table from it); an
+    absent `word.dic` (`None`) is left to the settings' check."""
     for name, lexicon, key in (
         ("char.dic", char_lexicon, "char_emb_layer"),
         ("word.dic", word_lexicon, "word_emb_layer"),
     ):
         table = token_embedder.get(f"{key}.embedding.weight")
-        if table is None:  # no such input: the settings decide whether that is right
+        if table is None or lexicon is None:  # no such input, or no such file: the settings decide if that is right
             continue
         if table is not None and table.shape[0] != len(lexicon):
             raise ElmoConversionError(
@@ -246,7 +252,8 @@ def load_release(model_dir: Path) -> tuple[ElmoModel, ElmoTokenizer, str]:
     if not isinstance(training_arguments, dict):
         raise ElmoConversionError(f"{model_dir / 'config.json'} is not a JSON object")
     settings, settings_source = resolve_settings(model_dir, training_arguments)
-    char_lexicon, word_lexicon = read_dic(model_dir / "char.dic"), read_dic(model_dir / "word.dic")
+    char_lexicon = read_dic(model_dir / "char.dic")
+    word_lexicon = read_dic(model_dir / "word.dic") if (model_dir / "word.dic").is_file() else None
     token_embedder = load_state_dict(model_dir / "token_embedder.pkl")
     encoder = load_state_dict(model_dir / "encoder.pkl")
     try:
@@ -267,7 +274,8 @@ def load_release(model_dir: Path) -> tuple[ElmoModel, ElmoTokenizer, str]:
     with tempfile.TemporaryDirectory() as vocabularies:
         char_file, word_file = Path(vocabularies) / CHAR_VOCAB_FILE, Path(vocabularies) / WORD_INPUT_VOCAB_FILE
         CharacterAlphabet.from_symbols(char_lexicon, MARKER_SYMBOLS_AS_TRAINED).save(char_file)
-        word_file.write_text(json.dumps(word_lexicon, ensure_ascii=False), encoding="utf-8")
+        if config.word_input_vocab_size is not None:
+            word_file.write_text(json.dumps(word_lexicon, ensure_ascii=False), encoding="utf-8")
         tokenizer = ElmoTokenizer(
             max_characters_per_token=config.max_characters_per_token,
             char_vocab_file=str(char_file),

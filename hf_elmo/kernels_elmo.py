@@ -449,6 +449,24 @@ def lstm_layer_with_handwritten_backward(
     )
 
 
+class SavedLayer(NamedTuple):
+    """What the forward of [`ElmoLstmLayerFunction`] keeps for its backward; rows in packed order ([`PackedSteps`])."""
+
+    packed_inputs: torch.Tensor  # (positions, input_dim)
+    input_kernel: torch.Tensor
+    recurrent_kernel: torch.Tensor
+    projection_kernel: torch.Tensor | None
+    gates: torch.Tensor  # (positions, 4 * cell_dim), activated
+    initial_hidden: torch.Tensor  # (batch, output_dim), rows sorted
+    initial_memory: torch.Tensor  # (batch, cell_dim), rows sorted
+    packed_hidden: torch.Tensor  # (positions, output_dim): the state after each position
+    packed_memory: torch.Tensor  # (positions, cell_dim)
+    unclipped_hidden: torch.Tensor  # before the projection's clip (packed_hidden itself without one)
+    unclipped_memory: torch.Tensor  # before the memory's clip (packed_memory itself without one)
+    memory_tanh: torch.Tensor  # (positions, cell_dim)
+    cell_outputs: torch.Tensor  # (positions, cell_dim): what the projection multiplies
+
+
 class ElmoLstmLayerFunction(torch.autograd.Function):
     """
     One layer of one direction, as the reference recurrence, with a hand-written backward through time for training.
@@ -549,35 +567,21 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
     @torch.autograd.function.once_differentiable
     def backward(ctx, outputs_grad: torch.Tensor, hidden_grad: torch.Tensor, memory_grad: torch.Tensor):
         """The gradients of the inputs, the initial state and the parameters; None for the other arguments."""
-        (
-            packed_inputs,
-            input_kernel,
-            recurrent_kernel,
-            projection_kernel,
-            gates,
-            initial_hidden,
-            initial_memory,
-            packed_hidden,
-            packed_memory,
-            unclipped_hidden,
-            unclipped_memory,
-            memory_tanh,
-            cell_outputs,
-        ) = ctx.saved_tensors
+        saved = SavedLayer(*ctx.saved_tensors)
         layout, (cell_clip, proj_clip) = ctx.layout, ctx.clips
-        cell = packed_memory.shape[-1]
+        cell = saved.packed_memory.shape[-1]
         first_rows = layout.running[0] if layout.running else 0
         # The backward's products multiply by the transposed kernels, copied once so that each is contiguous.
-        recurrent_transposed = recurrent_kernel.t().contiguous()
+        recurrent_transposed = saved.recurrent_kernel.t().contiguous()
         recurrent_products = {rows: ctx.product(recurrent_transposed, rows) for rows in set(layout.running)}
-        if projection_kernel is not None:
-            projection_transposed = projection_kernel.t().contiguous()
+        if saved.projection_kernel is not None:
+            projection_transposed = saved.projection_kernel.t().contiguous()
             projection_products = {rows: ctx.product(projection_transposed, rows) for rows in set(layout.running)}
-            cell_output_grads = gates.new_empty(first_rows, cell)
+            cell_output_grads = saved.gates.new_empty(first_rows, cell)
         # The gradient of each position's output, to which the next step's adds its state's; after the loop, the
         # gradient of the projection's output (for its kernel's gradient in one product).
         new_hidden_grads = layout.pack(outputs_grad)
-        gates_grad = torch.empty_like(gates)
+        gates_grad = torch.empty_like(saved.gates)
         # Per sorted row, the gradient of its state after the step being walked (the final state's until then).
         hidden_grad, memory_grad = hidden_grad[layout.order], memory_grad[layout.order]
         # Each step's derivatives are taken within the step, on rows still in cache: passes over all positions at
@@ -586,27 +590,27 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
             rows = layout.running[step]
             here = slice(layout.starts[step], layout.starts[step] + rows)
             if step > 0:
-                previous_memory = packed_memory[layout.starts[step - 1] : layout.starts[step - 1] + rows]
+                previous_memory = saved.packed_memory[layout.starts[step - 1] : layout.starts[step - 1] + rows]
             else:
-                previous_memory = initial_memory[:rows]
-            in_gate, forget_gate, cell_input, out_gate = gates[here].split(cell, dim=-1)
+                previous_memory = saved.initial_memory[:rows]
+            in_gate, forget_gate, cell_input, out_gate = saved.gates[here].split(cell, dim=-1)
             in_grad, forget_grad, cell_input_grad, out_grad = gates_grad[here].split(cell, dim=-1)
             new_hidden_grad = new_hidden_grads[here].add_(hidden_grad[:rows])
             # `torch.clamp` passes the gradient where it left its input unchanged (boundaries included).
             if proj_clip is not None:
-                new_hidden_grad.mul_(unclipped_hidden[here] == packed_hidden[here])
-            if projection_kernel is not None:
+                new_hidden_grad.mul_(saved.unclipped_hidden[here] == saved.packed_hidden[here])
+            if saved.projection_kernel is not None:
                 cell_output_grad = cell_output_grads[:rows]
                 projection_products[rows](new_hidden_grad, cell_output_grad, False)
             else:
                 cell_output_grad = new_hidden_grad
-            step_tanh = memory_tanh[here]
+            step_tanh = saved.memory_tanh[here]
             through_tanh = cell_output_grad * out_gate
             new_memory_grad = (
                 memory_grad[:rows].add_(through_tanh).addcmul_(through_tanh * step_tanh, step_tanh, value=-1)
             )
             if cell_clip is not None:
-                new_memory_grad.mul_(unclipped_memory[here] == packed_memory[here])
+                new_memory_grad.mul_(saved.unclipped_memory[here] == saved.packed_memory[here])
             # Each gate's gradient before its activation: sigmoid' = s - s^2, tanh' = 1 - t^2.
             torch.mul(cell_output_grad, step_tanh, out=out_grad).mul_(out_gate)
             out_grad.addcmul_(out_grad, out_gate, value=-1)
@@ -623,17 +627,19 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         restore = torch.argsort(layout.order)
         inputs_grad = input_kernel_grad = recurrent_kernel_grad = bias_grad = projection_kernel_grad = None
         if needs_grad[1]:
-            inputs_grad = layout.unpack(gates_grad @ input_kernel.t())
+            inputs_grad = layout.unpack(gates_grad @ saved.input_kernel.t())
         if needs_grad[5]:
-            input_kernel_grad = packed_inputs.t() @ gates_grad
+            input_kernel_grad = saved.packed_inputs.t() @ gates_grad
         if needs_grad[6]:
             # The state each position's step read: the initial one at step 0, else the row's output a step before.
-            previous_hidden = torch.cat([initial_hidden[:first_rows], packed_hidden[layout.previous_rows()]])
+            previous_hidden = torch.cat(
+                [saved.initial_hidden[:first_rows], saved.packed_hidden[layout.previous_rows()]]
+            )
             recurrent_kernel_grad = previous_hidden.t() @ gates_grad
         if needs_grad[7]:
             bias_grad = gates_grad.sum(dim=0)
         if needs_grad[8]:
-            projection_kernel_grad = cell_outputs.t() @ new_hidden_grads
+            projection_kernel_grad = saved.cell_outputs.t() @ new_hidden_grads
         return (
             None,
             inputs_grad,

@@ -20,16 +20,6 @@ from .kernels_elmo import (
     max_pooled_by_matmul,
 )
 
-# What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
-# `trust_remote_code=True` from the code files saved beside the weights.
-AUTO_MAP = {
-    "AutoConfig": "configuration_elmo.ElmoConfig",
-    "AutoModel": "modeling_elmo.ElmoModel",
-    "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
-    "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
-    "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
-}
-
 
 @dataclass
 class ElmoModelOutput(ModelOutput):
@@ -225,16 +215,24 @@ class ElmoBiLm(nn.Module):
         self.backward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
 
     def forward(
-        self, tokens: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+        self,
+        tokens: torch.Tensor,
+        mask: torch.Tensor,
+        hidden: torch.Tensor,
+        memory: torch.Tensor,
+        backward_tokens: torch.Tensor | None = None,
     ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """
         `tokens` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool, right-padded; `hidden`, `memory` the
-        initial state `(n_layers, 2, batch, dim)`. Returns the `n_layers + 1` layers `[forward ; backward]` (the
-        first `[tokens ; tokens]`) and the final state in the layout of the initial one. Each layer reads its input
-        from the layer returned before it, so that the returned layers are the tensors of the autograd graph.
+        initial state `(n_layers, 2, batch, dim)`; `backward_tokens`, in text order like `tokens`, what the backward
+        stacks read instead (in [`ElmoModel.windowed_hidden_states`] the two stacks read different windows). Returns
+        the `n_layers + 1` layers `[forward ; backward]` in text order (the first `[tokens ; backward_tokens]`) and
+        the final state in the layout of the initial one. Each layer reads its input from the layer returned before
+        it, so that the returned layers are the tensors of the autograd graph.
         """
+        backward_tokens = tokens if backward_tokens is None else backward_tokens
         lengths = mask.sum(dim=1)
-        layers = [torch.cat([tokens, tokens], dim=-1)]
+        layers = [torch.cat([tokens, backward_tokens], dim=-1)]
         final_hidden, final_memory = [], []
         for index in range(len(self.forward_layers)):
             forward_input = layers[-1][..., : self.projection_dim]
@@ -246,31 +244,6 @@ class ElmoBiLm(nn.Module):
             final_hidden.append(layer_hidden)
             final_memory.append(layer_memory)
         return layers, torch.stack(final_hidden), torch.stack(final_memory)
-
-    def run_stacks(
-        self,
-        forward_input: torch.Tensor,
-        backward_input: torch.Tensor,
-        mask: torch.Tensor,
-        hidden: torch.Tensor,
-        memory: torch.Tensor,
-    ) -> tuple[list[tuple[torch.Tensor, torch.Tensor]], torch.Tensor, torch.Tensor]:
-        """
-        The two stacks, each on its input in its own reading order `(batch, steps, projection_dim)` (the backward
-        one reversed within each row's valid steps), under one `mask`. Returns each layer's `(forward_output,
-        backward_output)` in those orders and the final state in the layout of the initial one.
-        """
-        final_hidden, final_memory = [], []
-        layer_outputs = []
-        for index in range(len(self.forward_layers)):
-            outputs, layer_hidden, layer_memory = self.run_layer(
-                index, forward_input, backward_input, mask, hidden[index], memory[index]
-            )
-            layer_outputs.append(outputs)
-            final_hidden.append(layer_hidden)
-            final_memory.append(layer_memory)
-            forward_input, backward_input = outputs
-        return layer_outputs, torch.stack(final_hidden), torch.stack(final_memory)
 
     def run_layer(
         self,
@@ -411,6 +384,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
             "character; or a learned vocabulary saved with its tokenizer): there are no word tokens to resize"
         )
 
+    def _wants_hidden_states(self, output_hidden_states: bool | None) -> bool:
+        return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
+
+    def _returned(self, output: ModelOutput, return_dict: bool | None) -> ModelOutput | tuple:
+        """`output`, or its tuple when `return_dict` (by default `config.return_dict`) is False."""
+        return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
+
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`."""
         if self.is_remote_code():
@@ -545,11 +525,7 @@ class ElmoModel(ElmoPreTrainedModel):
             word_input_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word id of every
                 position, for models with a word-embedding input (`config.word_input_vocab_size`); from the tokenizer.
         """
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
         refuse_attention_and_embeddings(inputs_embeds, output_attentions)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         mask = self._validated_mask(input_ids, attention_mask)
         hidden, memory = self._validated_state(initial_state, input_ids.shape[0], input_ids.device)
         word_input_ids = self._validated_word_inputs(input_ids, word_input_ids)
@@ -560,10 +536,10 @@ class ElmoModel(ElmoPreTrainedModel):
 
         output = ElmoModelOutput(
             last_hidden_state=all_layers[-1],
-            hidden_states=all_layers if output_hidden_states else None,
+            hidden_states=all_layers if self._wants_hidden_states(output_hidden_states) else None,
             final_state=(final_hidden, final_memory) if return_final_state else None,
         )
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
     @torch.no_grad()
     def windowed_hidden_states(
@@ -588,20 +564,26 @@ class ElmoModel(ElmoPreTrainedModel):
         word_chunks = word_input_ids.split(window) if word_input_ids is not None else [None] * len(chunks)
         tokens = torch.cat([self.char_encoder(chunk, words) for chunk, words in zip(chunks, word_chunks)])
         hidden, memory = self._validated_state(None, 1, tokens.device)
-        # Window k of each direction in its reading order: both splits give windows of the same lengths.
-        window_outputs = []
+        # Window k of each direction in its reading order: both splits give windows of the same lengths. The backward
+        # stacks' window is handed over in text order, so its layers come back in text order too.
+        window_layers = []
         for forward_window, backward_window in zip(tokens.split(window), tokens.flip(0).split(window)):
             mask = torch.ones(1, len(forward_window), dtype=torch.bool, device=tokens.device)
-            layer_outputs, hidden, memory = self.bilm.run_stacks(
-                forward_window[None], backward_window[None], mask, hidden, memory
+            layers, hidden, memory = self.bilm(
+                forward_window[None], mask, hidden, memory, backward_window.flip(0)[None]
             )
-            window_outputs.append(layer_outputs)
-        lstm_layers = []
-        for index in range(self.config.n_layers):
-            forward_output = torch.cat([outputs[index][0][0] for outputs in window_outputs])
-            backward_output = torch.cat([outputs[index][1][0] for outputs in window_outputs]).flip(0)
-            lstm_layers.append(torch.cat([forward_output, backward_output], dim=-1))
-        return (torch.cat([tokens, tokens], dim=-1), *lstm_layers)
+            window_layers.append([layer[0] for layer in layers])
+        dim = self.config.projection_dim
+        return tuple(
+            torch.cat(
+                [
+                    torch.cat([layers[index][:, :dim] for layers in window_layers]),
+                    torch.cat([layers[index][:, dim:] for layers in reversed(window_layers)]),
+                ],
+                dim=-1,
+            )
+            for index in range(self.config.num_representation_layers)
+        )
 
     def sentence_embedding(
         self,
@@ -628,7 +610,7 @@ class ElmoModel(ElmoPreTrainedModel):
         if weights.shape != (len(layers),):
             raise ValueError(f"layer_weights needs {len(layers)} values, got shape {tuple(weights.shape)}")
         mixed = sum(weight * layer for weight, layer in zip(weights, layers))
-        mask = self._validated_mask(input_ids, attention_mask)
+        mask = valid_positions(input_ids, attention_mask)
         return masked_pool(mixed, word_positions(input_ids, mask, self.config), "mean")
 
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -640,15 +622,12 @@ class ElmoModel(ElmoPreTrainedModel):
             )
         if input_ids.shape[0] == 0:
             raise ValueError("cannot run on an empty batch")
-        if attention_mask is None:
-            mask = (input_ids > 0).any(dim=-1)
-        else:
-            if attention_mask.shape != input_ids.shape[:2]:
-                raise ValueError(
-                    f"attention_mask shape {tuple(attention_mask.shape)} does not match input_ids "
-                    f"{tuple(input_ids.shape[:2])}"
-                )
-            mask = attention_mask.bool()
+        if attention_mask is not None and attention_mask.shape != input_ids.shape[:2]:
+            raise ValueError(
+                f"attention_mask shape {tuple(attention_mask.shape)} does not match input_ids "
+                f"{tuple(input_ids.shape[:2])}"
+            )
+        mask = valid_positions(input_ids, attention_mask)
         lengths = mask.sum(dim=1, keepdim=True)
         # An exported or compiled graph cannot raise on values: the check runs in eager mode only.
         exporting = torch.compiler.is_exporting() or torch.compiler.is_compiling()
@@ -672,6 +651,14 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"({tuple(hidden.shape)}, {tuple(memory.shape)})"
             )
         return hidden.to(dtype), memory.to(dtype)
+
+
+def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+    """
+    `(batch, positions)` bool: `attention_mask`, or where absent the positions whose row holds a character. Not
+    checked: [`ElmoModel`] checks it on every call.
+    """
+    return (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
 
 
 def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor, config: ElmoConfig) -> torch.Tensor:
@@ -764,20 +751,25 @@ class ElmoHeadModel(ElmoPreTrainedModel):
         self.elmo.requires_grad_(not self.config.freeze_bilm)
         self.task_encoder.mix.scalar_parameters.requires_grad_(self.config.mix_weights is None)
 
-    def _encode(self, input_ids, attention_mask, output_hidden_states, word_input_ids=None):
+    def _encode(
+        self, input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
+    ):
         """
-        The task features `(batch, positions, dim)`, the valid mask, the biLM's layers when asked for, and the mix's
-        L2 penalty.
+        The part every head's `forward` shares (the arguments as there): the task features `(batch, positions, dim)`,
+        the valid mask, the biLM's layers when asked for, and the mix's L2 penalty.
         """
-        output_hidden_states = (
-            output_hidden_states if output_hidden_states is not None else self.config.output_hidden_states
-        )
-        mask = self.elmo._validated_mask(input_ids, attention_mask)
         elmo_output = self.elmo(
-            input_ids, attention_mask=mask, output_hidden_states=True, return_dict=True, word_input_ids=word_input_ids
+            input_ids,
+            attention_mask,
+            output_hidden_states=True,
+            return_dict=True,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
+            word_input_ids=word_input_ids,
         )
+        mask = valid_positions(input_ids, attention_mask)
         features, penalty = self.task_encoder(elmo_output.hidden_states, mask)
-        hidden_states = elmo_output.hidden_states if output_hidden_states else None
+        hidden_states = elmo_output.hidden_states if self._wants_hidden_states(output_hidden_states) else None
         return features.to(mask.device), mask, hidden_states, penalty
 
 
@@ -815,10 +807,8 @@ class ElmoForSequenceClassification(ElmoHeadModel):
                 targets for regression / multi-label classification, following `config.problem_type`.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
-        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         features, mask, hidden_states, penalty = self._encode(
-            input_ids, attention_mask, output_hidden_states, word_input_ids
+            input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
         )
         words = word_positions(input_ids, mask, self.config)
         if self.config.pair_classification:
@@ -837,7 +827,7 @@ class ElmoForSequenceClassification(ElmoHeadModel):
             loss = self._classification_loss(logits, labels.to(logits.device))
             loss = loss + penalty.to(loss.device)
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of `config.problem_type`, inferred from `num_labels` and the labels' dtype when unset."""
@@ -899,10 +889,8 @@ class ElmoForTokenClassification(ElmoHeadModel):
                 (and any label at a boundary or padded position) is ignored.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
-        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         features, mask, hidden_states, penalty = self._encode(
-            input_ids, attention_mask, output_hidden_states, word_input_ids
+            input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
         )
         logits = self.classifier(features)
 
@@ -919,7 +907,7 @@ class ElmoForTokenClassification(ElmoHeadModel):
                 loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
             loss = loss + penalty.to(loss.device)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
     @torch.no_grad()
     def decode(self, logits: torch.Tensor, word_mask: torch.Tensor) -> torch.LongTensor:
@@ -1075,13 +1063,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
                 (`batch * positions * word_vocab_size` floats each) instead of the losses.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
         """
-        refuse_attention_and_embeddings(inputs_embeds, output_attentions)
-        return_dict = return_dict if return_dict is not None else self.config.return_dict
         outputs = self.elmo(
             input_ids,
             attention_mask,
             output_hidden_states=output_hidden_states,
             return_dict=True,
+            inputs_embeds=inputs_embeds,
+            output_attentions=output_attentions,
             word_input_ids=word_input_ids,
         )
         forward_loss = backward_loss = loss = forward_logits = backward_logits = None
@@ -1091,7 +1079,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         else:
             if labels.shape != input_ids.shape[:2]:
                 raise ValueError(f"labels must have shape {tuple(input_ids.shape[:2])}, got {tuple(labels.shape)}")
-            valid = self.elmo._validated_mask(input_ids, attention_mask)
+            valid = valid_positions(input_ids, attention_mask)
             labels = labels.masked_fill(~valid, -100)
             forward_states, backward_states = self._direction_states(outputs.last_hidden_state)
             negatives = None
@@ -1114,7 +1102,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             backward_logits=backward_logits,
             hidden_states=outputs.hidden_states,
         )
-        return output if return_dict else output.to_tuple()
+        return self._returned(output, return_dict)
 
     def _direction_states(self, top_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The forward LM's states at positions `0..T-2` and the backward LM's at `1..T-1`, each `(batch, T-1, P)`."""
@@ -1167,6 +1155,20 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         output = self(input_ids, attention_mask, return_dict=True)
         return output.forward_logits.float().log_softmax(-1), output.backward_logits.float().log_softmax(-1)
 
+
+# The model class each Auto class gives for an ELMo config: `import hf_elmo` registers them.
+AUTO_CLASSES = {
+    "AutoModel": ElmoModel,
+    "AutoModelForSequenceClassification": ElmoForSequenceClassification,
+    "AutoModelForTokenClassification": ElmoForTokenClassification,
+    "AutoModelForPreTraining": ElmoForPreTraining,
+}
+# What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
+# `trust_remote_code=True` from the code files saved beside the weights.
+AUTO_MAP = {
+    "AutoConfig": "configuration_elmo.ElmoConfig",
+    **{auto_class: f"modeling_elmo.{model_class.__name__}" for auto_class, model_class in AUTO_CLASSES.items()},
+}
 
 __all__ = [
     "ElmoModel",

@@ -8,19 +8,21 @@ end-of-word markers and padded; every id is then shifted by one so that an all-z
 import json
 import os
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from tokenizers import Tokenizer, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizerBase
 
 from .alphabet_elmo import (
-    BEGIN_OF_SENTENCE_CHAR,
-    BYTE_ALPHABET_SIZE,
+    BYTE_ALPHABET,
     BYTE_BOUNDARY_WORDS,
+    BYTE_MARKERS,
     BYTE_VALUES,
     CHAR_VOCAB_FILE,
     END_OF_SENTENCE_CHAR,
     ID_SHIFT,
+    MARKER_SYMBOL_OF_ROLE,
     CharacterAlphabet,
 )
 
@@ -30,7 +32,6 @@ WORD_VOCAB_FILE = "word_vocab.json"
 WORD_INPUT_VOCAB_FILE = "word_input_vocab.json"
 # The unknown and padding words of a word-input vocabulary (ELMoForManyLangs' `word.dic` names them so).
 WORD_INPUT_UNKNOWN, WORD_INPUT_PADDING = "<oov>", "<pad>"
-BYTE_ALPHABET = CharacterAlphabet()
 
 PRE_TOKENIZERS = {
     "whitespace_split": pre_tokenizers.WhitespaceSplit,
@@ -50,6 +51,15 @@ def word_to_char_ids(word: str, max_characters_per_token: int) -> list[int]:
 def boundary_char_ids(marker: int, max_characters_per_token: int) -> list[int]:
     """The shifted byte-alphabet character ids of the `<S>` (marker 256) or `</S>` (257) row."""
     return BYTE_ALPHABET.boundary_row(marker == END_OF_SENTENCE_CHAR, max_characters_per_token)
+
+
+class EncodedExample(NamedTuple):
+    """One (possibly paired) example: its sentences' words and, per position, its row, word index and sentence."""
+
+    sentences: tuple[list[str], list[str] | None]
+    rows: list[list[int]]
+    word_ids: list[int | None]
+    type_ids: list[int]
 
 
 class ElmoBatchEncoding(BatchEncoding):
@@ -156,11 +166,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if self.alphabet.learned:
             symbols.update({symbol: i + ID_SHIFT for symbol, i in self.alphabet.symbols.items()})
         else:
-            # Bytes as ByT5 names them (one character per byte value), then the markers.
+            # Bytes as ByT5 names them (one character per byte value), then the markers by a learned alphabet's names.
             symbols.update({chr(byte): byte + ID_SHIFT for byte in range(BYTE_VALUES)})
-            names = ("<bos>", "<eos>", "<bow>", "<eow>", "<pad>")
-            markers = range(BEGIN_OF_SENTENCE_CHAR, BYTE_ALPHABET_SIZE)
-            symbols.update({name: marker + ID_SHIFT for name, marker in zip(names, markers)})
+            symbols.update({MARKER_SYMBOL_OF_ROLE[role]: marker + ID_SHIFT for role, marker in BYTE_MARKERS.items()})
         return symbols
 
     @property
@@ -310,85 +318,42 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         gives each word's `(start, end)` in its string (`(0, 0)` for boundaries); `split_special_tokens=True`
         encodes the words `<S>` and `</S>` of the text as ordinary words.
         """
-        if kwargs:
-            raise TypeError(f"ElmoTokenizer.__call__ got unexpected arguments: {sorted(kwargs)}")
-        if text_target is not None or text_pair_target is not None:
-            raise ValueError("ElmoTokenizer has no target side: ELMo is an encoder without a decoder to read targets")
-        if return_overflowing_tokens or stride:
-            raise ValueError(
-                "ElmoTokenizer cannot return overflowing tokens: each sentence is one sequence, and "
-                "truncation drops the words past max_length"
-            )
-        if padding_side not in (None, "right"):
-            raise ValueError("ElmoTokenizer pads on the right only")
-        if text is None:
-            raise ValueError("ElmoTokenizer needs text to encode")
+        _refuse_unsupported_arguments(
+            kwargs, text, text_target, text_pair_target, return_overflowing_tokens, stride, padding_side
+        )
         if text_pair is None and _is_batch_of_pairs(text, is_split_into_words):
             text, text_pair = [first for first, _ in text], [second for _, second in text]
-        batched, firsts = self._as_batch_of_words(text, is_split_into_words, "text")
-        seconds = None
-        if text_pair is not None:
-            pair_batched, seconds = self._as_batch_of_words(text_pair, is_split_into_words, "text_pair")
-            if pair_batched != batched or len(seconds) != len(firsts):
-                raise ValueError("text and text_pair must both be single sentences or batches of the same size")
-        if max_length is not None and truncation is None:
-            truncation = True
-        limit = (max_length or self.model_max_length) if truncation not in (None, False, "do_not_truncate") else None
-
+        batched, firsts, seconds = self._batch_of_sentences(text, text_pair, is_split_into_words)
         if return_word_labels and self._word_to_id is None:
             raise ValueError("return_word_labels=True needs a word vocabulary: create the tokenizer with vocab_file=")
-        if return_offsets_mapping:
-            offsets_of = self._offsets(text, text_pair, batched, is_split_into_words)
-        rows_batch, word_ids_batch, type_ids_batch, labels_batch, word_inputs_batch = [], [], [], [], []
-        offsets_batch = []
-        for i, words in enumerate(firsts):
-            pair = seconds[i] if seconds is not None else None
-            rows, word_ids, type_ids = self._encode_one(words, pair, add_special_tokens, limit, split_special_tokens)
-            rows_batch.append(rows)
-            word_ids_batch.append(word_ids)
-            type_ids_batch.append(type_ids)
-            sentences = (words, pair)
-            if return_word_labels:
-                labels_batch.append(self._word_labels(sentences, rows, word_ids, type_ids))
-            if self.word_input_vocab is not None:
-                word_inputs_batch.append(self._word_inputs(sentences, rows, word_ids, type_ids))
-            if return_offsets_mapping:
-                offsets_batch.append(
-                    [
-                        (0, 0) if word is None else offsets_of[i][type_id][word]
-                        for word, type_id in zip(word_ids, type_ids)
-                    ]
-                )
-
-        data = {"input_ids": rows_batch}
+        limit = self._truncation_limit(truncation, max_length)
+        examples = [
+            self._encode_one(words, pair, add_special_tokens, limit, split_special_tokens)
+            for words, pair in zip(firsts, seconds or [None] * len(firsts))
+        ]
+        data = {"input_ids": [example.rows for example in examples]}
         if self.word_input_vocab is not None:
-            data["word_input_ids"] = word_inputs_batch
+            data["word_input_ids"] = [self._word_inputs(example) for example in examples]
         if return_attention_mask is not False:
-            data["attention_mask"] = [[1] * len(rows) for rows in rows_batch]
+            data["attention_mask"] = [[1] * len(example.rows) for example in examples]
         if return_token_type_ids or (return_token_type_ids is None and seconds is not None):
-            data["token_type_ids"] = type_ids_batch
+            data["token_type_ids"] = [example.type_ids for example in examples]
         if return_special_tokens_mask:
-            data["special_tokens_mask"] = [[int(word is None) for word in ids] for ids in word_ids_batch]
+            data["special_tokens_mask"] = [[int(word is None) for word in example.word_ids] for example in examples]
         if return_offsets_mapping:
-            data["offset_mapping"] = offsets_batch
+            data["offset_mapping"] = self._offset_mapping(text, text_pair, batched, is_split_into_words, examples)
         if return_length:
-            data["length"] = [len(rows) for rows in rows_batch]
+            data["length"] = [len(example.rows) for example in examples]
+        word_ids = [example.word_ids for example in examples]
+        labels = [self._word_labels(example) for example in examples] if return_word_labels else []
         if padding not in (False, None, "do_not_pad"):
-            target = max_length if padding == "max_length" else None
-            data = self._pad_lists(data, target, pad_to_multiple_of)
-            word_ids_batch = [ids + [None] * (len(data["input_ids"][0]) - len(ids)) for ids in word_ids_batch]
-            labels_batch = [ids + [-100] * (len(data["input_ids"][0]) - len(ids)) for ids in labels_batch]
+            data = self._pad_lists(data, max_length if padding == "max_length" else None, pad_to_multiple_of)
+            positions = len(data["input_ids"][0])
+            word_ids = [ids + [None] * (positions - len(ids)) for ids in word_ids]
+            labels = [ids + [-100] * (positions - len(ids)) for ids in labels]
         if return_word_labels:
-            data["labels"] = labels_batch
-        if not batched:
-            data = {key: value[0] for key, value in data.items()}
-            return ElmoBatchEncoding(
-                data, word_ids=word_ids_batch, tensor_type=return_tensors, prepend_batch_axis=True
-            )
-        if return_tensors in ("pt", "np") and len({len(rows) for rows in data["input_ids"]}) == 1:
-            # transformers' generic conversion walks the nested lists item by item; numpy reads them ~10x faster.
-            data = {key: _int64_tensor(value, return_tensors) for key, value in data.items()}
-        return ElmoBatchEncoding(data, word_ids=word_ids_batch, tensor_type=return_tensors)
+            data["labels"] = labels
+        return _batch_encoding(data, word_ids, batched, return_tensors)
 
     def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs) -> list[str]:
         """
@@ -443,20 +408,50 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                     raise TypeError(f"a word must be a str, got {type(word).__name__}: {word!r}")
         return batched, [list(sentence) for sentence in sentences]
 
-    def _offsets(self, text, text_pair, batched: bool, is_split_into_words: bool) -> list[tuple[list, list]]:
-        """`(start, end)` of each word in its string (each word alone when pre-split), per example and sentence."""
+    def _batch_of_sentences(self, text, text_pair, is_split_into_words: bool):
+        """`(was_batched, first sentences, second sentences or None)`, each sentence a list of words."""
+        batched, firsts = self._as_batch_of_words(text, is_split_into_words, "text")
+        if text_pair is None:
+            return batched, firsts, None
+        pair_batched, seconds = self._as_batch_of_words(text_pair, is_split_into_words, "text_pair")
+        if pair_batched != batched or len(seconds) != len(firsts):
+            raise ValueError("text and text_pair must both be single sentences or batches of the same size")
+        return batched, firsts, seconds
+
+    def _truncation_limit(self, truncation, max_length: int | None) -> int | None:
+        """The most positions an example keeps; `None` without truncation (which `max_length` alone turns on)."""
+        if max_length is not None and truncation is None:
+            truncation = True
+        return (max_length or self.model_max_length) if truncation not in (None, False, "do_not_truncate") else None
+
+    def _offset_mapping(self, text, text_pair, batched: bool, is_split_into_words: bool, examples) -> list[list]:
+        """
+        `(start, end)` of each position's word in its string (each word alone when pre-split), `(0, 0)` for the
+        boundaries, per example.
+        """
 
         def spans(sentence):
+            if sentence is None:
+                return []
             if is_split_into_words:
                 return [(0, len(word)) for word in sentence]
             return [span for _, span in self._splitter.pre_tokenize_str(sentence)]
 
         firsts = text if batched else [text]
         seconds = (text_pair if batched else [text_pair]) if text_pair is not None else [None] * len(firsts)
-        return [(spans(first), spans(second) if second is not None else []) for first, second in zip(firsts, seconds)]
+        mapping = []
+        for first, second, example in zip(firsts, seconds, examples):
+            spans_of = (spans(first), spans(second))
+            mapping.append(
+                [
+                    (0, 0) if word is None else spans_of[type_id][word]
+                    for word, type_id in zip(example.word_ids, example.type_ids)
+                ]
+            )
+        return mapping
 
-    def _encode_one(self, words, pair, add_special_tokens, limit, split_special_tokens=False):
-        """Rows, word ids and token type ids of one (possibly paired) example, truncated to `limit` positions."""
+    def _encode_one(self, words, pair, add_special_tokens, limit, split_special_tokens=False) -> EncodedExample:
+        """One (possibly paired) example, truncated to `limit` positions."""
         n_special = (2 if add_special_tokens else 0) * (1 if pair is None else 2)
         if limit is not None:
             room = limit - n_special
@@ -479,32 +474,32 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                 rows.append(self._eos_row)
                 word_ids.append(None)
             type_ids.extend([type_id] * (len(rows) - len(type_ids)))
-        return rows, word_ids, type_ids
+        return EncodedExample((words, pair), rows, word_ids, type_ids)
 
     def _plain_row(self, word: str) -> list[int]:
         """The row of `word` read as characters even when it is a boundary word (`split_special_tokens=True`)."""
         return self.alphabet.word_row(word, self.max_characters_per_token, boundary_words=False)
 
-    def _word_labels(self, sentences, rows, word_ids, type_ids) -> list[int]:
+    def _word_labels(self, example: EncodedExample) -> list[int]:
         """The word-vocabulary id of every position of one encoded example."""
         bos_id, eos_id = self.word_to_id(BOS_TOKEN), self.word_to_id(EOS_TOKEN)
         labels = []
-        for row, word_id, type_id in zip(rows, word_ids, type_ids):
+        for row, word_id, type_id in zip(example.rows, example.word_ids, example.type_ids):
             if word_id is None:
                 labels.append(bos_id if row is self._bos_row else eos_id)
             else:
-                labels.append(self.word_to_id(sentences[type_id][word_id]))
+                labels.append(self.word_to_id(example.sentences[type_id][word_id]))
         return labels
 
-    def _word_inputs(self, sentences, rows, word_ids, type_ids) -> list[int]:
+    def _word_inputs(self, example: EncodedExample) -> list[int]:
         """The word-input id of every position of one encoded example (boundaries as their words)."""
         vocab, unknown = self.word_input_vocab, self.word_input_vocab[WORD_INPUT_UNKNOWN]
         bos_id, eos_id = (vocab.get(word, unknown) for word in self.alphabet.boundary_words)
         return [
             (bos_id if row is self._bos_row else eos_id)
             if word_id is None
-            else self.word_input_id(sentences[type_id][word_id])
-            for row, word_id, type_id in zip(rows, word_ids, type_ids)
+            else self.word_input_id(example.sentences[type_id][word_id])
+            for row, word_id, type_id in zip(example.rows, example.word_ids, example.type_ids)
         ]
 
     # -- padding ----------------------------------------------------------------------------------------------------
@@ -601,6 +596,36 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if _nesting_depth(sequences) != 3:
             raise ValueError("batch_decode takes a batch of sequences of character-id rows (3 levels of nesting)")
         return [self.decode(sequence, skip_special_tokens) for sequence in sequences]
+
+
+def _refuse_unsupported_arguments(
+    unexpected: dict, text, text_target, text_pair_target, return_overflowing_tokens: bool, stride: int, padding_side
+):
+    """The arguments of transformers' `__call__` that ELMo's tokenizer has no use for, refused with the reason."""
+    if unexpected:
+        raise TypeError(f"ElmoTokenizer.__call__ got unexpected arguments: {sorted(unexpected)}")
+    if text_target is not None or text_pair_target is not None:
+        raise ValueError("ElmoTokenizer has no target side: ELMo is an encoder without a decoder to read targets")
+    if return_overflowing_tokens or stride:
+        raise ValueError(
+            "ElmoTokenizer cannot return overflowing tokens: each sentence is one sequence, and "
+            "truncation drops the words past max_length"
+        )
+    if padding_side not in (None, "right"):
+        raise ValueError("ElmoTokenizer pads on the right only")
+    if text is None:
+        raise ValueError("ElmoTokenizer needs text to encode")
+
+
+def _batch_encoding(data: dict, word_ids: list, batched: bool, return_tensors) -> ElmoBatchEncoding:
+    """The batch (or, when the input was one example, the example) as an `ElmoBatchEncoding`."""
+    if not batched:
+        data = {key: value[0] for key, value in data.items()}
+        return ElmoBatchEncoding(data, word_ids=word_ids, tensor_type=return_tensors, prepend_batch_axis=True)
+    if return_tensors in ("pt", "np") and len({len(rows) for rows in data["input_ids"]}) == 1:
+        # transformers' generic conversion walks the nested lists item by item; numpy reads them ~10x faster.
+        data = {key: _int64_tensor(value, return_tensors) for key, value in data.items()}
+    return ElmoBatchEncoding(data, word_ids=word_ids, tensor_type=return_tensors)
 
 
 def _is_batch_of_pairs(text, is_split_into_words: bool) -> bool:

@@ -1,8 +1,11 @@
-"""The models shipped inside the package: paths, loading (own and Auto classes), outputs, `embed`, the quickstart."""
+"""The models shipped inside the package: paths, loading (own and Auto classes), outputs, `embed`, the quickstart,
+copies saved for `trust_remote_code`, and `examples/nsmc/bundle.py` rebuilding them."""
 
+import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import h5py
@@ -51,14 +54,108 @@ def test_bundled_model_path_gives_folders_and_names_the_choices():
         bundled_model_path("ko-nsmc-large")
 
 
-def test_code_files_of_the_bundled_folders_are_the_package_code():
-    # trust_remote_code loads these copies: they must be the code the weights were checked with. After changing
-    # hf_elmo, rebuild the folders with examples/nsmc/bundle.py (see examples/nsmc/README.md).
-    for name in BUNDLED_MODELS:
-        for copy in Path(bundled_model_path(name)).glob("*.py"):
-            assert copy.read_text(encoding="utf-8") == (ROOT / "hf_elmo" / copy.name).read_text(encoding="utf-8"), (
-                f"{name}/{copy.name} differs from hf_elmo/{copy.name}"
-            )
+# The bundled folders, each with its Auto class and the package class that loads it.
+MODEL_CLASSES = {
+    "ko-nsmc": (AutoModel, ElmoModel),
+    "ko-nsmc-sentiment": (AutoModelForSequenceClassification, ElmoForSequenceClassification),
+}
+
+# Runs in a fresh interpreter where any import of hf_elmo fails, as on a machine without the package: loads each
+# (folder, Auto class name) from the folder's own code and saves the first output for SENTENCES.
+REMOTE_LOAD_SCRIPT = textwrap.dedent(
+    """
+    import json
+    import sys
+
+    class BlockHfElmo:
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] == "hf_elmo":
+                raise ImportError(name + " is blocked in this test")
+
+    sys.meta_path.insert(0, BlockHfElmo())
+    import torch
+    import transformers
+
+    jobs, sentences, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+    results = {}
+    for folder, auto_name in jobs:
+        model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        with torch.inference_mode():
+            output = model(**tokenizer(sentences, padding=True, return_tensors="pt"))[0]
+        results[folder] = {"classes": [type(model).__module__, type(tokenizer).__module__], "output": output}
+    assert "hf_elmo" not in sys.modules, "hf_elmo was imported"
+    torch.save(results, out)
+    """
+)
+
+
+def test_bundled_folders_hold_no_code_and_name_none():
+    """They load through the classes `import hf_elmo` registers; no `auto_map` points at code files that are absent,
+    so `trust_remote_code=True` on them reads no missing file and gets the registered classes too."""
+    for name, (auto_class, model_class) in MODEL_CLASSES.items():
+        folder = Path(bundled_model_path(name))
+        assert not list(folder.glob("*.py"))
+        for file in ("config.json", "tokenizer_config.json"):
+            assert "auto_map" not in json.loads((folder / file).read_text(encoding="utf-8")), f"{name}/{file}"
+        assert type(auto_class.from_pretrained(folder, trust_remote_code=True)) is model_class
+        assert type(AutoTokenizer.from_pretrained(folder, trust_remote_code=True)) is ElmoTokenizer
+    extractor = pipeline("feature-extraction", model=bundled_model_path("ko-nsmc"), trust_remote_code=True)
+    assert type(extractor.model) is ElmoModel
+
+
+def test_copy_saved_from_a_bundled_folder_loads_with_remote_code_without_hf_elmo(tmp_path):
+    """`save_pretrained` writes the code files and `auto_map` a folder needs to leave the package: the copy gives the
+    package's outputs in a process that never imports hf_elmo."""
+    jobs, expected = [], {}
+    for name, (auto_class, model_class) in MODEL_CLASSES.items():
+        model = model_class.from_pretrained(bundled_model_path(name)).eval()
+        tokenizer = ElmoTokenizer.from_pretrained(bundled_model_path(name))
+        copy = tmp_path / name
+        model.save_pretrained(copy)
+        tokenizer.save_pretrained(copy)
+        written = {file.name for file in copy.iterdir()}
+        assert {"configuration_elmo.py", "modeling_elmo.py", "kernels_elmo.py", "tokenization_elmo.py"} <= written
+        with torch.inference_mode():
+            expected[str(copy)] = model(**tokenizer(SENTENCES, padding=True, return_tensors="pt"))[0]
+        jobs.append([str(copy), auto_class.__name__])
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules_cache")}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_LOAD_SCRIPT, json.dumps(jobs), json.dumps(SENTENCES), str(tmp_path / "out.pt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    loaded = torch.load(tmp_path / "out.pt")
+    for copy, output in expected.items():
+        assert all(module.startswith("transformers_modules.") for module in loaded[copy]["classes"])
+        torch.testing.assert_close(loaded[copy]["output"], output, atol=FLOAT32_TOLERANCE, rtol=FLOAT32_TOLERANCE)
+
+
+@pytest.mark.parametrize("name", BUNDLED_MODELS)
+def test_bundle_script_rebuilds_the_shipped_folder(name, tmp_path, monkeypatch):
+    """`examples/nsmc/bundle.py` on a bundled folder gives it back: the same weights, bit for bit, and the same
+    config, tokenizer files and card, with no code files."""
+    sys.path.insert(0, str(ROOT / "examples" / "nsmc"))
+    try:
+        import bundle
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "nsmc"))
+    monkeypatch.setattr(bundle, "BUNDLED_DIR", tmp_path)
+    shipped = Path(bundled_model_path(name))
+    labels = ["--label-names", "negative", "positive"] if name == "ko-nsmc-sentiment" else []
+    bundle.main(["--model", str(shipped), "--name", name, *labels])
+    rebuilt = tmp_path / name
+    assert sorted(f.name for f in rebuilt.iterdir()) == sorted(f.name for f in shipped.iterdir())
+    for file in shipped.iterdir():
+        if file.suffix == ".json":
+            assert json.loads((rebuilt / file.name).read_text()) == json.loads(file.read_text()), file.name
+        else:
+            assert (rebuilt / file.name).read_bytes() == file.read_bytes(), file.name
 
 
 def test_bilm_loads_in_float32_with_own_and_auto_classes(bilm, tokenizer):

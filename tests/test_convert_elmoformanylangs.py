@@ -31,6 +31,7 @@ from hf_elmo.cli import main as cli_main
 from hf_elmo.conversion import ElmoConversionError, export
 from hf_elmo.conversion_elmoformanylangs import convert_elmoformanylangs, read_dic
 from hf_elmo.modeling_elmo import word_positions
+from hf_elmo.tokenization_elmo import WORD_INPUT_VOCAB_FILE
 
 logging.getLogger("elmoformanylangs").setLevel(logging.WARNING)
 ROOT = Path(__file__).resolve().parents[1]
@@ -337,6 +338,18 @@ def test_cli_converts_with_format_elmoformanylangs(release, tmp_path, capsys):
     assert (tmp_path / "out" / "model.safetensors").read_bytes() == (converted / "model.safetensors").read_bytes()
 
 
+def test_release_without_word_dic_converts_when_it_reads_no_words(tmp_path):
+    """Their `Embedder` reads `word.dic` only for a word input (`word_dim` > 0): a release without one may lack it."""
+    word_dim, filters = KINDS["no_words"]
+    folder = build_release(tmp_path / "release", word_dim, filters, seed=5)
+    (folder / "word.dic").unlink()
+    converted = convert_elmoformanylangs(folder, tmp_path / "converted")
+    assert not (converted / WORD_INPUT_VOCAB_FILE).exists()
+    model, tokenizer = ElmoModel.from_pretrained(converted).eval(), ElmoTokenizer.from_pretrained(converted)
+    assert model.config.word_input_vocab_size is None
+    assert_same_layers(our_layers(model, tokenizer, SENTENCES)[0], their_layers(folder, SENTENCES))
+
+
 # -- bad input: one line each, no folder left behind ------------------------------------------------------------------
 
 
@@ -361,6 +374,7 @@ def char_lstm(folder: Path):
     "change, message",
     [
         (lambda folder: (folder / "encoder.pkl").unlink(), "lacks encoder.pkl"),
+        (lambda folder: (folder / "word.dic").unlink(), r"reads words \(word_dim 3\) but the folder lacks word.dic"),
         (add_char, r"char.dic reads as 19 entries but token_embedder.pkl's char_emb_layer has 18 rows"),
         (char_lstm, "only the character CNN"),
         (lambda folder: (folder / "encoder.pkl").write_bytes(b"not a pickle"), "not a loadable PyTorch state dict"),

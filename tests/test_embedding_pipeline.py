@@ -251,6 +251,7 @@ def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_
         "model, model weights": [other_model, tmp_path / "in.txt", output, "--all"],
         "layers": [model_dir, tmp_path / "in.txt", output, "--top"],
         "pooled": [model_dir, tmp_path / "in.txt", output, "--all", "--pooled"],
+        "cpu_matmul": [model_dir, tmp_path / "in.txt", output, "--all", "--cpu-matmul", "int8"],
     }
     for differs, arguments in attempts.items():
         capsys.readouterr()

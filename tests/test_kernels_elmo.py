@@ -464,6 +464,20 @@ def test_recurrence_implementation_is_chosen_at_from_pretrained(tmp_path, tiny_m
         ElmoModel.from_pretrained(tmp_path, recurrence_implementation="fast")
 
 
+def test_machine_settings_are_chosen_at_from_pretrained_and_not_saved(tmp_path):
+    """The model's saved folder carries neither setting; `from_pretrained` chooses them for the config that `dispatch`
+    and `step_product` read."""
+    ElmoModel(tiny_config(recurrence_implementation="reference", cpu_matmul="int8")).save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    assert "recurrence_implementation" not in saved and "cpu_matmul" not in saved
+    default = ElmoModel.from_pretrained(tmp_path).config
+    assert (default.recurrence_implementation, default.cpu_matmul) == ("auto", "auto")
+    loaded = ElmoModel.from_pretrained(tmp_path, cpu_matmul="int8")
+    assert loaded.config.cpu_matmul == "int8" and loaded.bilm.forward_layers[0].config is loaded.config
+    with pytest.raises(ValueError, match="cpu_matmul must be one of"):
+        ElmoModel.from_pretrained(tmp_path, cpu_matmul="mkl")
+
+
 def test_fast_recurrence_on_fixture_checkpoint(fixture_model, fixture_sentences, monkeypatch):
     """The released-format test checkpoint, real sentences, batch of 10 with padding."""
     from hf_elmo import ElmoTokenizer

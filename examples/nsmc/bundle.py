@@ -1,13 +1,14 @@
-"""Builds a bundled model folder (`hf_elmo/bundled/NAME`) from a training output: fp16 weights, card, code files.
+"""Builds a bundled model folder (`hf_elmo/bundled/NAME`) from a training output: fp16 weights, tokenizer, card.
 
     python examples/nsmc/bundle.py --model outputs/nsmc/elmo-ko --name ko-nsmc --bilm-only \
         --check-text outputs/nsmc/data/pretrain_validation.txt
     python examples/nsmc/bundle.py --model outputs/nsmc/classifier-ko --name ko-nsmc-sentiment \
         --check-csv outputs/nsmc/data/test.csv
 
-The model (the class named in its config) is saved with `save_pretrained` by the code of this checkout, so the
-code files copied for `trust_remote_code` match it: re-run after changing `hf_elmo`. Weights are stored in
-float16 (half the size) while `config.dtype` stays float32, so `from_pretrained` computes in float32. The card is
+The model (the class named in its config) is saved with `save_pretrained`, without the code files and the `auto_map`
+naming them that it writes for `trust_remote_code`: a bundled folder loads through the classes `import hf_elmo`
+registers, so it needs no re-bundling when the code changes (a copy saved from it gets both back). Weights are stored
+in float16 (half the size) while `config.dtype` stays float32, so `from_pretrained` computes in float32. The card is
 `examples/nsmc/cards/NAME.md`, written as `README.md`. The stored model is checked against the float32 original:
 on `--check-text` lines, the cosine similarity of every layer's vectors; on `--check-csv`, the classifier's accuracy
 both ways. The folder is written beside its final place and renamed, so it is complete or absent.
@@ -103,10 +104,15 @@ def main(argv: list[str] | None = None) -> dict:
             stored.config.label2id = {name: i for i, name in enumerate(args.label_names)}
         stored.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
-        config_path = folder / "config.json"
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-        config["dtype"] = "float32"  # computed in float32; only the stored weights are float16
-        config_path.write_text(json.dumps(config, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for code_file in folder.glob("*.py"):
+            code_file.unlink()
+        for name in ("config.json", "tokenizer_config.json"):
+            path = folder / name
+            saved = json.loads(path.read_text(encoding="utf-8"))
+            del saved["auto_map"]  # it would name the code files just removed
+            if name == "config.json":
+                saved["dtype"] = "float32"  # computed in float32; only the stored weights are float16
+            path.write_text(json.dumps(saved, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
         write_model_card(folder, (CARDS_DIR / f"{args.name}.md").read_text(encoding="utf-8"))
 
         reloaded = load(folder)[0]
