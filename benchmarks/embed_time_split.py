@@ -27,12 +27,9 @@ def main():
     stats, total = profile.stats, profile.total_tt
     loading = cumulative(stats, "hf_elmo/cli.py", "load_model")
     tokenizing = cumulative(stats, "hf_elmo/tokenization_elmo.py", "__call__")
-    model = (
-        cumulative(stats, "hf_elmo/cli.py", "embed_batch")
-        + cumulative(stats, "hf_elmo/cli.py", "embed_long")
-        - tokenizing
-    )
-    writing = sum(cumulative(stats, "hf_elmo/cli.py", name) for name in ("select_layers", "write", "commit", "finish"))
+    pipeline = "hf_elmo/embedding_pipeline.py"
+    model = cumulative(stats, pipeline, "embed_batch") + cumulative(stats, pipeline, "embed_long") - tokenizing
+    writing = sum(cumulative(stats, pipeline, name) for name in ("select_layers", "write", "commit", "finish"))
     parts = {
         "loading the model": loading,
         "tokenizing": tokenizing,

@@ -1,5 +1,12 @@
-"""Converts an original ELMo checkpoint (options.json + weights.hdf5, local paths or URLs) into a model folder,
-optionally uploading it to the Hugging Face Hub: `hf-elmo convert` under this script's name (--help for the flags)."""
+"""Converts an original ELMo checkpoint (bilm-tf / AllenNLP: options.json + weights.hdf5, local paths or http(s)
+URLs) into an hf_elmo model folder, optionally uploading it to the Hugging Face Hub:
+
+    python conversion/convert_allennlp_elmo.py --options-file options.json --weight-file weights.hdf5 \\
+        --output-dir elmo [--overwrite] [--push-to-hub USER/REPO [--private]]
+
+This is `hf-elmo convert` under this script's name: the same parser, flags (--help lists them) and messages. The
+conversion itself is `hf_elmo.conversion.convert`.
+"""
 
 import sys
 from pathlib import Path

@@ -1,5 +1,12 @@
-"""Converts an ELMoForManyLangs model (an unpacked release folder or its .zip) into a model folder. The same as
-`hf-elmo convert --format elmoformanylangs`; run with --help for the flags."""
+"""Converts an ELMoForManyLangs model (HIT-SCIR's releases: an unpacked folder or its .zip) into an hf_elmo model
+folder, optionally uploading it to the Hugging Face Hub:
+
+    python conversion/convert_elmoformanylangs.py --model-dir RELEASE.zip --output-dir elmo \\
+        [--overwrite] [--push-to-hub USER/REPO [--private]]
+
+This is `hf-elmo convert --format elmoformanylangs` under this script's name: the same parser, flags (--help lists
+them) and messages. The conversion itself is `hf_elmo.conversion_elmoformanylangs.convert_elmoformanylangs`.
+"""
 
 import sys
 from pathlib import Path

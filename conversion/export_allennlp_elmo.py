@@ -1,5 +1,11 @@
-"""Exports an hf_elmo model folder to the original layout (options.json + weights.hdf5) read by AllenNLP and bilm-tf:
-`hf-elmo export` under this script's name (--help for the flags)."""
+"""Exports an hf_elmo model folder to the original layout (options.json + weights.hdf5) that AllenNLP and bilm-tf
+read, bit for bit the weights a converted checkpoint came from:
+
+    python conversion/export_allennlp_elmo.py --model-dir elmo --output-dir elmo-original [--overwrite]
+
+This is `hf-elmo export` under this script's name: the same parser, flags (--help lists them) and messages. The
+export itself is `hf_elmo.conversion.export`.
+"""
 
 import sys
 from pathlib import Path

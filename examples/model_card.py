@@ -1,36 +1,10 @@
-"""The model card (README.md with YAML front matter) that the fine-tuning examples save with their model folder."""
+"""The model card (README.md with YAML front matter) that the fine-tuning examples save with their model folder: the
+package's `fine_tuned_elmo.md` template, filled with the run's task, data and results."""
 
 import tempfile
 from pathlib import Path
 
-CARD = """---
-{front_matter}
----
-
-# {title}
-
-An ELMo task model fine-tuned with [hf_elmo](https://github.com/hf-elmo/hf_elmo)'s `examples/{script}` from
-`{model_name_or_path}`: {head}. The biLM was {bilm}.
-
-## Results
-
-| split | {metric_names} |
-| --- | {metric_rule} |
-{metric_rows}
-
-Data files: {data_files}.
-
-## Usage
-
-```python
-import hf_elmo  # registers ELMo with the Auto classes; without it, pass trust_remote_code=True
-from transformers import AutoTokenizer, {auto_class}
-
-tokenizer = AutoTokenizer.from_pretrained("REPO_OR_FOLDER")
-model = {auto_class}.from_pretrained("REPO_OR_FOLDER")
-{usage}
-```
-"""
+from hf_elmo.model_card import packaged_template, write_model_card
 
 
 def is_temporary_path(name: str) -> bool:
@@ -39,7 +13,7 @@ def is_temporary_path(name: str) -> bool:
     return path.exists() and Path(tempfile.gettempdir()).resolve() in path.resolve().parents
 
 
-def write_model_card(
+def write_fine_tuned_card(
     output_dir: str,
     *,
     script: str,
@@ -67,7 +41,9 @@ def write_model_card(
         f"| {split} | " + " | ".join(f"{metrics[name]:.4f}" if name in metrics else "" for name in metric_names) + " |"
         for split, metrics in results.items()
     ]
-    card = CARD.format(
+    return write_model_card(
+        output_dir,
+        packaged_template("fine_tuned_elmo.md"),
         front_matter="\n".join(lines),
         title=f"ELMo for {pipeline_tag.replace('-', ' ')}",
         script=script,
@@ -81,6 +57,3 @@ def write_model_card(
         auto_class=auto_class,
         usage=usage,
     )
-    path = Path(output_dir) / "README.md"
-    path.write_text(card, encoding="utf-8")
-    return path

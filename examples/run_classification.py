@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 from datasets import load_dataset
-from model_card import write_model_card
+from model_card import write_fine_tuned_card
 from run_steps import check_steps
 from transformers import EvalPrediction, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
@@ -230,7 +230,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                 split: {name: value for name, value in metrics.items() if name in ("accuracy", "macro_f1")}
                 for split, metrics in results.items()
             }
-            write_model_card(
+            write_fine_tuned_card(
                 training_args.output_dir,
                 script="run_classification.py",
                 model_name_or_path=model_args.model_name_or_path,

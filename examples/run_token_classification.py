@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 from datasets import Dataset, DatasetDict, load_dataset
-from model_card import write_model_card
+from model_card import write_fine_tuned_card
 from run_steps import check_steps
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 from transformers import (
@@ -287,7 +287,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                 }
                 for split, metrics in results.items()
             }
-            write_model_card(
+            write_fine_tuned_card(
                 training_args.output_dir,
                 script="run_token_classification.py",
                 model_name_or_path=model_args.model_name_or_path,

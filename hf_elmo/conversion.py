@@ -1,7 +1,11 @@
-"""Reading and writing original ELMo checkpoints (`options.json` + `weights.hdf5`) and hf_elmo model folders.
+"""Converting the original ELMo format (bilm-tf and AllenNLP: `options.json` + `weights.hdf5`) to and from hf_elmo
+model folders, and what every converter shares: output folders that appear whole or not at all, and the Hub upload.
 
-The array mapping itself lives in `weight_mapping.py`; this module does the I/O around it: downloads, HDF5
-reading and writing, and folders that appear whole or not at all.
+Conversion is one module per source format: this one for the original format, whose array mapping lives apart in
+`weight_mapping.py` (pure functions, each the inverse of the other), and `conversion_elmoformanylangs.py` for
+ELMoForManyLangs releases. The command line is `hf-elmo convert` and `hf-elmo export` (`cli.py`), which the scripts
+in the repository's `conversion/` folder run under their own names; the cards written are `model_cards/*.md`, filled
+by `model_card.py`. This module does the I/O around the mapping: downloads, HDF5 reading and writing, folders.
 """
 
 import contextlib
@@ -11,13 +15,13 @@ import shutil
 import tempfile
 import urllib.error
 import urllib.request
-from importlib import resources
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
+from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 from .weight_mapping import original_to_state_dict, state_dict_to_original
@@ -174,15 +178,6 @@ def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
 # -- original -> hf_elmo ----------------------------------------------------------------------------------------------
 
 
-def render_model_card(template: str, **values) -> str:
-    """Fills the `{name}` fields of a model card template."""
-    return template.format(**values)
-
-
-def default_model_card_template() -> str:
-    return resources.files("hf_elmo.model_cards").joinpath("converted_elmo.md").read_text(encoding="utf-8")
-
-
 def convert(
     options_file,
     weight_file,
@@ -201,11 +196,12 @@ def convert(
     if mismatches:
         raise ElmoConversionError(f"{mismatches} datasets do not map back to the original bit for bit")
     tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
-    template = model_card_template if model_card_template is not None else default_model_card_template()
+    template = model_card_template if model_card_template is not None else packaged_template("converted_elmo.md")
     with atomic_directory(output_dir, overwrite) as staging:
         model.save_pretrained(staging)
         tokenizer.save_pretrained(staging)
-        card = render_model_card(
+        write_model_card(
+            staging,
             template,
             options_file=Path(str(options_file)).name,
             weight_file=Path(str(weight_file)).name,
@@ -215,7 +211,6 @@ def convert(
             n_parameters=f"{model.num_parameters():,}",
             n_datasets=len(arrays),
         )
-        (staging / "README.md").write_text(card, encoding="utf-8")
     return Path(output_dir)
 
 

@@ -32,6 +32,7 @@ import torch
 from .alphabet_elmo import MARKER_ROLES, CharacterAlphabet
 from .configuration_elmo import ElmoConfig
 from .conversion import ElmoConversionError, atomic_directory
+from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import CHAR_VOCAB_FILE, WORD_INPUT_VOCAB_FILE, ElmoTokenizer
 
@@ -317,43 +318,20 @@ def convert_elmoformanylangs(model_dir, output_dir, overwrite: bool = False) -> 
         with atomic_directory(output_dir, overwrite) as staging:
             model.save_pretrained(staging)
             tokenizer.save_pretrained(staging)
-            (staging / "README.md").write_text(
-                _model_card(Path(model_dir).name, model, settings_source), encoding="utf-8"
+            config = model.config
+            write_model_card(
+                staging,
+                packaged_template("elmoformanylangs_elmo.md"),
+                source=Path(model_dir).name,
+                settings_file=os.path.basename(settings_source),
+                n_parameters=f"{model.num_parameters():,}",
+                char_vocab_size=config.char_vocab_size,
+                word_input_vocab_size=config.word_input_vocab_size or 0,
+                n_layers=config.n_layers,
+                cell_dim=config.cell_dim,
+                projection_dim=config.projection_dim,
             )
     return Path(output_dir)
-
-
-def _model_card(source: str, model: ElmoModel, settings_source: str) -> str:
-    config = model.config
-    return f"""---
-library_name: hf_elmo
-pipeline_tag: feature-extraction
-tags:
-- elmo
-- elmoformanylangs
----
-
-# ELMo from ELMoForManyLangs ({source})
-
-An ELMoForManyLangs model (Che et al., 2018, HIT-SCIR; trained on the CoNLL 2018 shared task's raw text) converted
-with hf_elmo from `{source}` (model settings: {os.path.basename(settings_source)}). {model.num_parameters():,}
-parameters: a {config.char_vocab_size}-character vocabulary, {config.word_input_vocab_size or 0} input words,
-{config.n_layers} x {config.cell_dim} LSTMs with {config.projection_dim}-d projections.
-
-```python
-import hf_elmo
-from transformers import AutoModel, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("REPO_OR_FOLDER")
-model = AutoModel.from_pretrained("REPO_OR_FOLDER")
-batch = tokenizer([["word", "list"]], is_split_into_words=True, padding=True, return_tensors="pt")
-layers = model(**batch, output_hidden_states=True).hidden_states  # their sents2elmo(output_layer=-2), with <bos>/<eos>
-```
-
-Their `Embedder` keeps the LSTM state from one batch to the next; this model starts from zeros unless given
-`initial_state` (pass one call's `final_state` to carry it). Exporting to bilm-tf's format is not possible: that
-format has no word input, learned characters or carry-side highway gates.
-"""
 
 
 __all__ = ["convert_elmoformanylangs", "load_release", "read_dic"]

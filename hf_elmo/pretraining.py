@@ -12,7 +12,6 @@ The command line is parsed by `HfArgumentParser` over the dataclasses below and 
 also spelled with dashes; `--help` lists them with their defaults.
 """
 
-import gzip
 import math
 import os
 import shlex
@@ -28,9 +27,11 @@ import torch
 from tokenizers import Tokenizer, models, trainers
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
+from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .modeling_elmo import ElmoForPreTraining
+from .text_files import read_sentences
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, PRE_TOKENIZERS, UNK_TOKEN, ElmoTokenizer
 
 # `build_word_vocab` puts <S>, </S> and <UNK> first.
@@ -54,17 +55,6 @@ PRESETS = {
 
 
 # -- text and vocabulary ----------------------------------------------------------------------------------------------
-
-
-def read_lines(paths: Iterable[str | Path]) -> Iterator[str]:
-    """The non-blank lines of text files (plain or `.gz`), stripped, in order."""
-    for path in paths:
-        opener = gzip.open if str(path).endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as handle:
-            for line in handle:
-                line = line.strip()
-                if line:
-                    yield line
 
 
 def build_word_vocab(
@@ -100,7 +90,7 @@ class LineDataset(torch.utils.data.Dataset):
     """All sentences of some text files, held in memory."""
 
     def __init__(self, paths: Iterable[str | Path]):
-        self.lines = list(read_lines(paths))
+        self.lines = list(read_sentences(paths))
         if not self.lines:
             raise ValueError("the text files hold no sentence")
 
@@ -118,7 +108,7 @@ class StreamingLineDataset(torch.utils.data.IterableDataset):
         self.paths = [str(path) for path in paths]
 
     def __iter__(self) -> Iterator[dict[str, str]]:
-        return ({"text": line} for line in read_lines(self.paths))
+        return ({"text": line} for line in read_sentences(self.paths))
 
 
 class ElmoPreTrainingCollator:
@@ -178,7 +168,7 @@ def perplexity_metrics(eval_prediction) -> dict[str, float]:
 def count_unknown_words(tokenizer: ElmoTokenizer, paths: Iterable[str | Path], chunk: int = 10_000) -> tuple[int, int]:
     """`(words, <UNK> words)` of text files, split and looked up as the tokenizer's word vocabulary does."""
     words = unknown = 0
-    lines = read_lines(paths)
+    lines = read_sentences(paths)
     while batch := [line for _, line in zip(range(chunk), lines)]:
         for encoding in tokenizer.word_tokenizer.encode_batch(batch, add_special_tokens=False):
             words += len(encoding.ids)
@@ -313,7 +303,7 @@ def model_config(model_args: ModelArguments, tokenizer: ElmoTokenizer) -> ElmoCo
 def save_tokenizer(data_args: DataArguments, model_args: ModelArguments, output_dir: Path) -> None:
     """Builds the word vocabulary of the training files and saves the tokenizer holding it in `output_dir`."""
     word_vocab = build_word_vocab(
-        read_lines(data_args.train_file), data_args.min_count, data_args.max_vocab_size, data_args.pre_tokenizer
+        read_sentences(data_args.train_file), data_args.min_count, data_args.max_vocab_size, data_args.pre_tokenizer
     )
     with tempfile.TemporaryDirectory() as folder:
         vocab_file = str(Path(folder) / "word_vocab.json")
@@ -323,7 +313,7 @@ def save_tokenizer(data_args: DataArguments, model_args: ModelArguments, output_
             char_vocab_file = str(Path(folder) / CHAR_VOCAB_FILE)
             splitter = PRE_TOKENIZERS[data_args.pre_tokenizer]()
             sentences = (
-                [word for word, _ in splitter.pre_tokenize_str(line)] for line in read_lines(data_args.train_file)
+                [word for word, _ in splitter.pre_tokenize_str(line)] for line in read_sentences(data_args.train_file)
             )
             learn_character_vocabulary(sentences).save(char_vocab_file)
         tokenizer = ElmoTokenizer(
@@ -410,49 +400,6 @@ def describe_run(model: ElmoForPreTraining, model_args: ModelArguments, rates: d
     )
 
 
-MODEL_CARD = """---
-library_name: hf_elmo
-license: apache-2.0
-pipeline_tag: feature-extraction
-tags:
-- elmo
-- bilm
-- contextual-embeddings
----
-
-# ELMo pre-trained from scratch ({n_layers} x {cell_dim} LSTM, {projection_dim}-d projections)
-
-A biLM pre-trained with [hf_elmo](https://github.com/hf-elmo/hf_elmo)'s `hf-elmo pretrain`: {n_parameters}
-parameters, a {word_vocab_size}-word softmax shared by both directions (trained with {n_negative_samples} sampled
-negatives per batch).
-
-## Training
-
-- Training text: {train_files}; validation text: {validation_files}.
-- Steps: {steps}.
-- Command: `{command}`
-
-## Validation
-
-| forward perplexity | backward perplexity | perplexity | `<UNK>`, validation words | `<UNK>`, training words |
-| ---: | ---: | ---: | ---: | ---: |
-| {forward} | {backward} | {perplexity} | {eval_unk} | {train_unk} |
-
-Perplexities are exact (full softmax) and count `<UNK>` as a word: a high `<UNK>` rate makes them look better than
-the model is.
-
-## Usage
-
-```python
-import hf_elmo  # registers ELMo with the Auto classes; without it, pass trust_remote_code=True
-from transformers import AutoModel, AutoTokenizer
-
-tokenizer = AutoTokenizer.from_pretrained("REPO_OR_FOLDER")
-model = AutoModel.from_pretrained("REPO_OR_FOLDER")  # the biLM; the word softmax is left out
-```
-"""
-
-
 def write_model_card(
     output_dir: Path,
     argv: list[str],
@@ -463,7 +410,9 @@ def write_model_card(
 ):
     """`output_dir/README.md`: the data, the command, the steps, the perplexities and the `<UNK>` rates."""
     config = model.config
-    text = MODEL_CARD.format(
+    model_card.write_model_card(
+        output_dir,
+        model_card.packaged_template("pretrained_elmo.md"),
         n_layers=config.n_layers,
         cell_dim=config.cell_dim,
         projection_dim=config.projection_dim,
@@ -480,7 +429,6 @@ def write_model_card(
         eval_unk=f"{metrics['eval_unk_rate']:.1%}",
         n_negative_samples=f"{config.n_negative_samples:,}",
     )
-    (output_dir / "README.md").write_text(text, encoding="utf-8")
 
 
 def _has_checkpoint(output_dir: Path) -> bool:

@@ -2,6 +2,8 @@
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -145,3 +147,61 @@ def tiny_model() -> ElmoModel:
 @pytest.fixture
 def tiny_tokenizer() -> ElmoTokenizer:
     return ElmoTokenizer(max_characters_per_token=20)
+
+
+# -- the hf-elmo command (tests/test_cli.py, tests/test_embedding_pipeline.py) ---------------------------------------
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def converted_tiny_model(folder: Path) -> Path:
+    """A tiny original checkpoint (seed 3) converted with `hf-elmo convert`, in process, into `folder/model`."""
+    from hf_elmo.cli import main
+
+    options, weights = write_original_checkpoint(folder / "original", tiny_config(), seed=3)
+    assert (
+        main(
+            [
+                "convert",
+                "--options-file",
+                str(options),
+                "--weight-file",
+                str(weights),
+                "--output-dir",
+                str(folder / "model"),
+            ]
+        )
+        == 0
+    )
+    return folder / "model"
+
+
+def run_cli(*args, cwd=None, preexec_fn=None, timeout=120) -> subprocess.CompletedProcess:
+    """`python -m hf_elmo.cli ARGS` in a subprocess of this checkout, offline; output captured as text."""
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "hf_elmo.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        preexec_fn=preexec_fn,
+        timeout=timeout,
+    )
+
+
+def reference_layers(model, words: list[str]) -> np.ndarray:
+    """`(n_layers + 1, words, dim)` from one unbatched `ElmoModel` pass, boundaries removed."""
+    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+    encoding = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        layers = model(encoding["input_ids"], output_hidden_states=True).hidden_states
+    return torch.stack(layers)[:, 0, 1:-1].numpy()
+
+
+def read_hdf5(path: Path) -> dict[str, np.ndarray]:
+    """The top-level datasets of an `hf-elmo embed` HDF5 file, by name."""
+    import h5py
+
+    with h5py.File(path, "r") as handle:
+        return {name: handle[name][()] for name in handle}

@@ -253,6 +253,19 @@ def test_release_zip_converts_like_the_folder(release, tmp_path):
     assert ours.keys() == reference.keys() and all(torch.equal(ours[k], reference[k]) for k in ours)
 
 
+def test_the_card_names_the_release_and_states_the_sizes(release):
+    folder, converted = release
+    model = ElmoModel.from_pretrained(converted)
+    config = model.config
+    card = (converted / "README.md").read_text(encoding="utf-8")
+    assert card.startswith("---\nlibrary_name: hf_elmo\n") and "- elmoformanylangs\n" in card
+    assert f"# ELMo from ELMoForManyLangs ({folder.name})" in card and "(model settings: " in card
+    assert (
+        f"{model.num_parameters():,}\nparameters: a {config.char_vocab_size}-character vocabulary, "
+        f"{config.word_input_vocab_size or 0} input words,\n{config.n_layers} x {config.cell_dim} LSTMs" in card
+    )
+
+
 def test_auto_classes_and_remote_code_load_the_folder(release, tmp_path):
     folder, converted = release
     theirs = their_layers(folder, SENTENCES)

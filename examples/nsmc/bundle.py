@@ -9,7 +9,7 @@ The model (the class named in its config) is saved with `save_pretrained`, witho
 naming them that it writes for `trust_remote_code`: a bundled folder loads through the classes `import hf_elmo`
 registers, so it needs no re-bundling when the code changes (a copy saved from it gets both back). Weights are stored
 in float16 (half the size) while `config.dtype` stays float32, so `from_pretrained` computes in float32. The card is
-`examples/nsmc/cards/NAME.md`, copied as `README.md`. The stored model is checked against the float32 original:
+`examples/nsmc/cards/NAME.md`, written as `README.md`. The stored model is checked against the float32 original:
 on `--check-text` lines, the cosine similarity of every layer's vectors; on `--check-csv`, the classifier's accuracy
 both ways. The folder is written beside its final place and renamed, so it is complete or absent.
 """
@@ -25,6 +25,7 @@ import torch
 
 import hf_elmo
 from hf_elmo import ElmoTokenizer
+from hf_elmo.model_card import write_model_card
 
 BUNDLED_DIR = Path(hf_elmo.__file__).resolve().parent / "bundled"
 CARDS_DIR = Path(__file__).resolve().parent / "cards"
@@ -112,7 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
             if name == "config.json":
                 saved["dtype"] = "float32"  # computed in float32; only the stored weights are float16
             path.write_text(json.dumps(saved, indent=2, sort_keys=True, ensure_ascii=False) + "\n", encoding="utf-8")
-        shutil.copyfile(CARDS_DIR / f"{args.name}.md", folder / "README.md")
+        write_model_card(folder, (CARDS_DIR / f"{args.name}.md").read_text(encoding="utf-8"))
 
         reloaded = load(folder)[0]
         checks = {

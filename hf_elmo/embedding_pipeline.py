@@ -1,0 +1,539 @@
+"""The embedding pipeline of `hf-elmo embed`: input lines to per-line vectors in HDF5 or `.npy` files.
+
+`embed_file` runs it: each process embeds its shard of the input (`Processes`), a length-sorted batch at a time
+(`batch_lines`, `embed_batch`, `embed_long`, `select_layers`), into `OUTPUT.parts/` (`Hdf5Output`, `NpyOutput`),
+stopping between batches on Ctrl-C (`DeferredStop`); rank 0 then assembles OUTPUT. A run is identified by its input,
+model and output options (`run_identity`), and only the run it continues may resume from the parts. The layouts and
+shapes are described in `hf_elmo/cli.py`, whose `embed` subcommand parses the arguments and calls `embed_file`.
+"""
+
+import hashlib
+import itertools
+import json
+import os
+import shutil
+import signal
+import sys
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from functools import partial
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from .text_files import TextFileError, UndecodableLine, count_lines, read_lines
+
+# Lines read ahead and sorted by length, so that each batch holds sentences of similar length.
+BUCKET_BATCHES = 32
+SETTINGS_NAME = "hf_elmo_embed"
+
+
+class EmbedError(Exception):
+    """A failure to report as one line on stderr, with exit status `code`; `quiet` when another process reports it."""
+
+    def __init__(self, message: str, code: int = 1, quiet: bool = False):
+        super().__init__(message)
+        self.code, self.quiet = code, quiet
+
+
+def first_line(error: BaseException) -> str:
+    """The first line of an exception's message (its type's name when it has none), for one-line errors."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+# -- run identity -----------------------------------------------------------------------------------------------------
+
+
+def run_identity(input_path: Path, model_name: str, model, options: dict) -> dict:
+    """What a resumed run must share with the run it continues: the input file (path, size, modification time), the
+    model (folder or Hub id, and hashes of its config and weights) and every option that changes what is written."""
+    stat = input_path.stat()
+    config = {
+        k: v
+        for k, v in model.config.to_dict().items()
+        if not k.startswith("_") and k not in ("transformers_version", "dtype")
+    }
+    weights = hashlib.sha256()
+    for name, tensor in sorted(model.state_dict().items()):
+        weights.update(name.encode())
+        weights.update(tensor.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+    return {
+        "input file": f"{input_path.resolve()} ({stat.st_size:,} bytes, modified "
+        f"{datetime.fromtimestamp(stat.st_mtime).isoformat(timespec='microseconds')})",
+        "model": str(Path(model_name).expanduser().resolve())
+        if Path(model_name).expanduser().is_dir()
+        else model_name,
+        "model config": hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()[:16],
+        "model weights": weights.hexdigest()[:16],
+        **options,
+    }
+
+
+# -- representations --------------------------------------------------------------------------------------------------
+
+
+def select_layers(layers: torch.Tensor, choice: str | list[float], pooled: bool) -> np.ndarray:
+    """`layers` `(n_layers + 1, words, dim)` -> the float32 array to store for one line (shapes: `hf_elmo.cli`)."""
+    if choice == "top":
+        layers = layers[-1]
+    elif choice == "average":
+        layers = layers.mean(dim=0)
+    elif choice != "all":
+        layers = torch.einsum("l,lwd->wd", torch.tensor(choice, dtype=layers.dtype), layers)
+    if pooled:
+        words = layers.shape[-2]
+        layers = layers.sum(dim=-2) / max(words, 1)
+    return layers.numpy()
+
+
+@torch.no_grad()
+def embed_batch(model, tokenizer, sentences: list[list[str]]) -> list[torch.Tensor]:
+    """Float32 CPU tensors `(n_layers + 1, words, dim)` of each sentence, boundary positions removed."""
+    device = model.device
+    encoding = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    word_inputs = {"word_input_ids": encoding["word_input_ids"].to(device)} if "word_input_ids" in encoding else {}
+    output = model(
+        encoding["input_ids"].to(device),
+        attention_mask=encoding["attention_mask"].to(device),
+        output_hidden_states=True,
+        **word_inputs,
+    )
+    stacked = torch.stack(output.hidden_states, dim=1).float().cpu()
+    return [stacked[row, :, 1 : len(words) + 1] for row, words in enumerate(sentences)]
+
+
+@torch.no_grad()
+def embed_long(model, tokenizer, words: list[str], window: int) -> torch.Tensor:
+    """Like `embed_batch` for one sentence, computed `window` positions at a time with the LSTM state carried."""
+    encoding = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+    word_input_ids = encoding["word_input_ids"][0].to(model.device) if "word_input_ids" in encoding else None
+    layers = model.windowed_hidden_states(encoding["input_ids"][0].to(model.device), window, word_input_ids)
+    return torch.stack(layers).float().cpu()[:, 1:-1]
+
+
+# -- outputs ----------------------------------------------------------------------------------------------------------
+
+
+class PartsOutput:
+    """
+    A run writes into `OUTPUT.parts/`: its identity (`run_identity`) in `hf_elmo_embed.json`, then finished lines,
+    each file written whole (temporary name, then renamed). `finish` builds OUTPUT from the parts in one rename, so
+    OUTPUT is complete or absent; a stopped run resumes from the parts, and only the run it continues may do so.
+    """
+
+    def __init__(self, path: Path, identity: dict, resume: bool, attach: bool = False):
+        self.path, self.parts = path, path.with_name(path.name + ".parts")
+        self.state_file = self.parts / f"{SETTINGS_NAME}.json"
+        if attach:  # rank > 0: rank 0 has checked and made the folder; this process checks it runs the same job
+            if not self.state_file.is_file():
+                raise EmbedError(
+                    f"{self.parts} is not visible to this process; with several nodes, write the output "
+                    f"to a filesystem that all of them share"
+                )
+            _check_identity(self.state_file, identity, self.parts)
+            self.finished = self.finished_lines()
+            return
+        if path.exists():
+            raise EmbedError(
+                f"{path} exists" + (" and is complete" if resume else "") + "; remove it to write it again"
+            )
+        if self.parts.exists() and not resume:
+            raise EmbedError(f"{self.parts} holds an unfinished run; pass --resume to continue it, or remove it")
+        if self.parts.exists():
+            _check_identity(self.state_file, identity, self.parts)
+        try:
+            self.parts.mkdir(parents=True, exist_ok=True)
+            _write_whole(self.state_file, lambda handle: handle.write(json.dumps(identity, indent=1).encode()))
+        except OSError as error:
+            raise EmbedError(f"cannot write to {self.parts}: {error.strerror or error}") from error
+        self.finished = self.finished_lines()
+
+    def finished_lines(self) -> set[str]:
+        raise NotImplementedError
+
+    def discard_if_empty(self) -> bool:
+        """Removes `OUTPUT.parts/` when it holds no finished line (a run that wrote nothing leaves nothing)."""
+        if self.parts.is_dir() and not self.finished_lines():
+            shutil.rmtree(self.parts, ignore_errors=True)
+            return True
+        return False
+
+
+class Hdf5Output(PartsOutput):
+    """
+    One `.npz` per finished batch in `OUTPUT.parts/`; `finish` assembles OUTPUT from them under a temporary name. A
+    failed write cannot leave a broken HDF5 file behind (HDF5 files do not survive one).
+    """
+
+    def __init__(self, path: Path, identity: dict, resume: bool, attach: bool = False):
+        try:
+            import h5py  # noqa: F401
+        except ImportError as error:
+            raise EmbedError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
+        super().__init__(path, identity, resume, attach)
+        self.batch = {}
+
+    def finished_lines(self) -> set[str]:
+        finished = set()
+        for part in self.parts.glob("*.npz"):
+            with np.load(part) as arrays:
+                finished.update(arrays.files)
+        return finished
+
+    def write(self, index: int, array: np.ndarray):
+        self.batch[str(index)] = array
+
+    def commit(self):
+        """Writes the batch's lines as one part (named after its first line, which no other part holds)."""
+        if self.batch:
+            name = f"{min(self.batch, key=int)}.npz"
+            _write_whole(self.parts / name, lambda handle: np.savez(handle, **self.batch))
+            self.batch = {}
+
+    def finish(self, sentence_to_index: dict[str, str] | None):
+        import h5py
+
+        needed = sum(part.stat().st_size for part in self.parts.glob("*.npz")) + (1 << 20)
+        free = shutil.disk_usage(self.path.parent).free
+        if free < needed:
+            raise EmbedError(
+                f"{self.path.parent} has {free:,} bytes free, assembling {self.path} needs about "
+                f"{needed:,}; free some space and rerun with --resume"
+            )
+        partial = self.path.with_name(f".{self.path.name}.partial")
+        try:
+            with h5py.File(partial, "w") as handle:
+                for part in sorted(self.parts.glob("*.npz"), key=lambda p: int(p.stem)):
+                    with np.load(part) as arrays:
+                        for name in arrays.files:
+                            handle.create_dataset(name, data=arrays[name], dtype="float32")
+                if sentence_to_index is not None:
+                    dataset = handle.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
+                    dataset[0] = json.dumps(sentence_to_index)
+            os.replace(partial, self.path)
+        except BaseException:
+            partial.unlink(missing_ok=True)
+            raise
+        shutil.rmtree(self.parts)
+
+
+class NpyOutput(PartsOutput):
+    """One `{index}.npy` per finished line in `OUTPUT.parts/`; `finish` adds `sentence_to_index.json`, drops the run
+    state and renames the folder to OUTPUT."""
+
+    def finished_lines(self) -> set[str]:
+        return {p.stem for p in self.parts.glob("*.npy") if p.stem.isdigit()}
+
+    def write(self, index: int, array: np.ndarray):
+        _write_whole(self.parts / f"{index}.npy", lambda handle: np.save(handle, array.astype(np.float32)))
+
+    def commit(self):
+        pass
+
+    def finish(self, sentence_to_index: dict[str, str] | None):
+        if sentence_to_index is not None:
+            text = json.dumps(sentence_to_index).encode()
+            _write_whole(self.parts / "sentence_to_index.json", lambda handle: handle.write(text))
+        self.state_file.unlink()
+        os.replace(self.parts, self.path)
+
+
+def _write_whole(path: Path, write):
+    """Calls `write(handle)` on a temporary file beside `path` and renames it to `path` once complete."""
+    partial = path.with_name(f".{path.name}.partial")
+    try:
+        with open(partial, "wb") as handle:
+            write(handle)
+        os.replace(partial, path)
+    except BaseException:
+        partial.unlink(missing_ok=True)
+        raise
+
+
+def _check_identity(state_file: Path, identity: dict, parts: Path):
+    """Refuses to resume a run that was started with another input, model or output option, changing nothing."""
+    try:
+        stored = json.loads(state_file.read_text())
+    except (OSError, ValueError):
+        stored = {}
+    differ = [key for key in identity if stored.get(key) != identity[key]]
+    if differ:
+        details = "; ".join(f"{key}: was {stored.get(key, 'not recorded')}, now {identity[key]}" for key in differ)
+        raise EmbedError(
+            f"cannot resume {parts}: it holds a run with another {', '.join(differ)} ({details}); "
+            f"rerun it as it was started, or remove {parts} to start over"
+        )
+
+
+class DeferredStop:
+    """Turns SIGINT/SIGTERM into a flag checked between batches, so a stopped run never leaves a half-written one."""
+
+    def __init__(self):
+        self.signal = None
+
+    def __enter__(self):
+        self.previous = {sig: signal.signal(sig, self._record) for sig in (signal.SIGINT, signal.SIGTERM)}
+        return self
+
+    def _record(self, signum, frame):
+        self.signal = signum
+
+    def __exit__(self, *exc):
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+    def check(self, parts: Path, done: int):
+        if self.signal is not None:
+            raise EmbedError(
+                f"stopped by signal {self.signal} after {done} lines; the finished lines are in {parts}/, "
+                f"rerun with --resume to continue",
+                code=128 + self.signal,
+            )
+
+
+# -- several processes ------------------------------------------------------------------------------------------------
+
+
+class WriteFailure(EmbedError):
+    """A failed write of OUTPUT or its parts: the message says whether finished lines were kept for --resume."""
+
+    @classmethod
+    def of(cls, output_path: Path, error: BaseException) -> "WriteFailure":
+        return cls(f"cannot write {output_path}: {getattr(error, 'strerror', None) or first_line(error)}")
+
+
+class Processes:
+    """
+    The processes of a `torchrun` / `accelerate launch` job, from the launcher's WORLD_SIZE, RANK and LOCAL_RANK (one
+    process of rank 0 without a launcher). They exchange only short messages, over gloo on the CPU whatever device
+    they compute on. Line `i` of the input goes to rank `i % world_size`: a rule of the line index alone, so the
+    ranks split the input without talking, each gets a like mix of short and long lines, and a resume with any
+    number of processes finds each finished line by its index.
+    """
+
+    def __init__(self):
+        self.world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        self.rank = int(os.environ.get("RANK", "0"))
+        self.local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        if self.world_size > 1:
+            # A rank waits for the slowest one and for rank 0's assembly, hours on a large corpus: a long timeout.
+            # A process that dies is caught by the launcher, which stops the others.
+            try:
+                torch.distributed.init_process_group("gloo", timeout=timedelta(days=7))
+            except (ValueError, RuntimeError) as error:
+                raise EmbedError(
+                    f"cannot join the other {self.world_size - 1} processes (WORLD_SIZE is set): "
+                    f"{first_line(error)}; start hf-elmo with torchrun or accelerate launch"
+                ) from error
+
+    @property
+    def shard(self) -> tuple[int, int]:
+        return self.rank, self.world_size
+
+    def device(self, name: str) -> str:
+        """`cuda` is the GPU of this process's LOCAL_RANK when several processes run; other names are kept."""
+        return f"cuda:{self.local_rank}" if name == "cuda" and self.world_size > 1 else name
+
+    def together(self, work=None):
+        """
+        Runs `work()` here (nothing if None) and waits for every process; an `EmbedError` on any of them is raised on
+        all, reported by rank 0 alone (prefixed with the rank that failed).
+        """
+        failure = None
+        try:
+            result = work() if work else None
+        except EmbedError as error:
+            failure = error
+        if self.world_size == 1:
+            if failure:
+                raise failure
+            return result
+        outcomes = [None] * self.world_size
+        torch.distributed.all_gather_object(
+            outcomes, failure and (str(failure), failure.code, isinstance(failure, WriteFailure))
+        )
+        for rank, outcome in enumerate(outcomes):
+            if outcome is not None:
+                message, code, write_failure = outcome
+                raise (WriteFailure if write_failure else EmbedError)(
+                    f"rank {rank}: {message}", code if failure else 1, quiet=self.rank > 0
+                ) from failure
+        return result
+
+    def close(self):
+        if torch.distributed.is_initialized():
+            torch.distributed.destroy_process_group()
+
+
+# -- the run ----------------------------------------------------------------------------------------------------------
+
+
+def input_error(error: TextFileError) -> EmbedError:
+    """The one-line error for an input file that cannot be read, naming the flag that reads past a bad line."""
+    hint = "; pass --errors replace or --errors skip" if isinstance(error, UndecodableLine) else ""
+    return EmbedError(f"{error}{hint}")
+
+
+@dataclass(frozen=True)
+class EmbedSettings:
+    """
+    How every line is embedded and stored: `split` makes its words, `errors` reads it as `read_lines` does, `layers`
+    is "all", "top", "average" or one weight per layer, `pooled` averages over its words (shapes: `hf_elmo.cli`).
+    Lines come `batch_size` at a time; one of more than `max_words` words comes alone, run in windows of as many.
+    """
+
+    split: Callable[[str], list[str]]
+    errors: str
+    layers: str | list[float]
+    pooled: bool
+    batch_size: int
+    max_words: int
+
+
+def open_output(
+    output_format: str, path: Path, identity: dict, resume: bool, attach: bool = False
+) -> Hdf5Output | NpyOutput:
+    """The `OUTPUT.parts/` writer of `output_format` ("hdf5" or "npy"); arguments as `PartsOutput`'s."""
+    return (Hdf5Output if output_format == "hdf5" else NpyOutput)(path, identity, resume, attach)
+
+
+def batch_lines(
+    lines: Iterator[tuple[int, str | None]],
+    split: Callable[[str], list[str]],
+    finished: set[str],
+    batch_size: int,
+    max_words: int,
+) -> Iterator[list[tuple[int, list[str]]]]:
+    """
+    Batches of `(index, words)` of the lines not in `finished`. `BUCKET_BATCHES` batches are read ahead and sorted by
+    length; a line of more than `max_words` words comes alone (for `embed_long`).
+    """
+    while chunk := list(itertools.islice(lines, batch_size * BUCKET_BATCHES)):
+        # An undecodable line skipped under --errors skip is written as an entry of 0 words, like an empty line.
+        pending = [(index, [] if text is None else split(text)) for index, text in chunk if str(index) not in finished]
+        short = sorted((line for line in pending if len(line[1]) <= max_words), key=lambda line: len(line[1]))
+        yield from (short[start : start + batch_size] for start in range(0, len(short), batch_size))
+        yield from ([line] for line in pending if len(line[1]) > max_words)
+
+
+def embed_shard(
+    model,
+    tokenizer,
+    input_path: Path,
+    output: Hdf5Output | NpyOutput,
+    settings: EmbedSettings,
+    shard: tuple[int, int],
+    total: int,
+):
+    """
+    Embeds every unfinished line of `shard` (`(rank, world_size)`, see `Processes`; `total` lines), a batch at a
+    time, writing and flushing after each batch; SIGINT or SIGTERM stops it between batches. Rank 0 shows progress.
+    """
+    from tqdm.auto import tqdm
+
+    rank, world_size = shard
+    done = sum(1 for index in output.finished if int(index) % world_size == rank)
+    lines = read_lines(input_path, settings.errors, shard)
+    try:
+        with (
+            DeferredStop() as stop,
+            tqdm(
+                total=total,
+                initial=done,
+                unit="sent",
+                desc="embedding",
+                file=sys.stderr,
+                mininterval=1.0,
+                disable=rank > 0,
+            ) as bar,
+        ):
+            batches = batch_lines(lines, settings.split, output.finished, settings.batch_size, settings.max_words)
+            for batch in batches:
+                if len(batch[0][1]) > settings.max_words:
+                    results = [embed_long(model, tokenizer, batch[0][1], settings.max_words)]
+                else:
+                    results = embed_batch(model, tokenizer, [words for _, words in batch])
+                for (index, _), hidden_states in zip(batch, results):
+                    output.write(index, select_layers(hidden_states, settings.layers, settings.pooled))
+                output.commit()
+                bar.update(len(batch))
+                done += len(batch)
+                stop.check(output.parts, done)
+    except TextFileError as error:
+        raise input_error(error) from error
+    except (OSError, RuntimeError) as error:
+        raise WriteFailure.of(output.path, error) from error
+
+
+def assemble(output: Hdf5Output | NpyOutput, input_path: Path, errors: str, sentence_to_index: bool) -> list[int]:
+    """Builds OUTPUT from the parts (with `sentence_to_index` unless told not to); returns the skipped line numbers."""
+    mapping, skipped = {}, []
+    try:
+        for index, text in read_lines(input_path, errors):
+            if text is None:
+                skipped.append(index + 1)
+            else:
+                mapping[text] = str(index)
+    except TextFileError as error:
+        raise input_error(error) from error
+    try:
+        output.finish(mapping if sentence_to_index else None)
+    except (OSError, RuntimeError) as error:
+        raise WriteFailure.of(output.path, error) from error
+    return skipped
+
+
+def embed_file(
+    model,
+    tokenizer,
+    input_path: Path,
+    output_path: Path,
+    processes: Processes,
+    settings: EmbedSettings,
+    *,
+    identity: dict,
+    output_format: str,
+    sentence_to_index: bool,
+    resume: bool,
+) -> tuple[int, list[int]] | None:
+    """
+    Embeds every line of `input_path` into `output_path` (`output_format` "hdf5" or "npy", with `sentence_to_index`
+    or without): each process its shard into `OUTPUT.parts/`, which rank 0 makes first and assembles into OUTPUT
+    last. `identity` is the run's (`run_identity`); with `resume`, a stopped run with the same identity continues.
+    Returns, on rank 0, the number of lines and the numbers of those skipped as undecodable (None on other ranks).
+    """
+    try:
+        total = count_lines(input_path) if processes.rank == 0 else None
+        own_lines = total if processes.world_size == 1 else count_lines(input_path, processes.shard)
+    except TextFileError as error:
+        raise input_error(error) from error
+    output = processes.together(
+        partial(open_output, output_format, output_path, identity, resume) if processes.rank == 0 else None
+    )
+    try:
+        # The other ranks read the finished lines before rank 0 writes any new one.
+        attach = partial(open_output, output_format, output_path, identity, resume, attach=True)
+        output = processes.together(attach if processes.rank > 0 else None) or output
+        if output.finished and processes.rank == 0:
+            print(f"hf-elmo: resuming: {len(output.finished)} of {total} lines are already written", file=sys.stderr)
+        processes.together(
+            partial(embed_shard, model, tokenizer, input_path, output, settings, processes.shard, own_lines)
+        )
+        skipped = processes.together(
+            partial(assemble, output, input_path, settings.errors, sentence_to_index) if processes.rank == 0 else None
+        )
+    except WriteFailure as error:
+        kept = (
+            "nothing was written"
+            if processes.rank == 0 and output.discard_if_empty()
+            else f"the finished lines are kept in {output.parts}/, rerun with --resume once fixed"
+        )
+        raise EmbedError(f"{error}; {kept}", error.code, error.quiet) from error
+    except EmbedError:
+        if processes.rank == 0:
+            output.discard_if_empty()
+        raise
+    return (total, skipped) if processes.rank == 0 else None

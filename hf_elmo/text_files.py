@@ -1,0 +1,73 @@
+"""Reading text files of one sentence per line, plain or gzip-compressed, as `hf-elmo embed` and pre-training do.
+
+Lines are the bytes between `\\n`s, decoded as UTF-8 and stripped: line `i` of a file is the same line whoever reads
+it, which is what lets `embed` name its outputs by line index and split a file between processes by index alone.
+"""
+
+import gzip
+import zlib
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+class TextFileError(ValueError):
+    """A file that cannot be read as lines of text; the message names the file and what to do."""
+
+
+class UndecodableLine(TextFileError):
+    """A line that is not valid UTF-8, read with `errors="strict"`; the message names the file, line and byte."""
+
+
+def open_text_file(path: Path):
+    """The file's bytes, decompressed when it is named `.gz`; gzip bytes under another name are an error."""
+    if path.suffix == ".gz":
+        return gzip.open(path, "rb")
+    handle = open(path, "rb")
+    if handle.read(2) == GZIP_MAGIC:
+        handle.close()
+        raise TextFileError(f"{path} holds gzip-compressed bytes; name it with a .gz suffix to read it decompressed")
+    handle.seek(0)
+    return handle
+
+
+def read_lines(
+    path: str | Path, errors: str = "strict", shard: tuple[int, int] = (0, 1)
+) -> Iterator[tuple[int, str | None]]:
+    """
+    `(index, stripped text)` of each line, streamed. A line that is not UTF-8 raises `UndecodableLine` under
+    `errors="strict"`, has its bad bytes replaced under `"replace"` and comes as text None under `"skip"`.
+    With `shard=(rank, world_size)`, only the lines `index % world_size == rank` (others are not decoded).
+    """
+    path, (rank, world_size) = Path(path), shard
+    try:
+        with open_text_file(path) as handle:
+            for index, raw in enumerate(handle):
+                if index % world_size != rank:
+                    continue
+                try:
+                    text = raw.decode("utf-8", "replace" if errors == "replace" else "strict")
+                except UnicodeDecodeError as error:
+                    if errors == "strict":
+                        raise UndecodableLine(
+                            f"{path} line {index + 1}: not valid UTF-8 ({error.reason} at byte {error.start})"
+                        ) from error
+                    text = None
+                yield index, None if text is None else text.strip()
+    except (gzip.BadGzipFile, EOFError, zlib.error) as error:
+        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise TextFileError(f"{path}: not a complete gzip file ({detail})") from error
+
+
+def count_lines(path: str | Path, shard: tuple[int, int] = (0, 1)) -> int:
+    """How many lines `read_lines(path, shard=shard)` yields."""
+    return sum(1 for _ in read_lines(path, "replace", shard))
+
+
+def read_sentences(paths: Iterable[str | Path]) -> Iterator[str]:
+    """The non-blank lines of text files, stripped, in order (an undecodable line raises `UndecodableLine`)."""
+    for path in paths:
+        for _, text in read_lines(path):
+            if text:
+                yield text

@@ -1,0 +1,444 @@
+"""The embedding pipeline of `hf-elmo embed` (`hf_elmo.embedding_pipeline`): its functions called alone on a tiny
+model, and runs of the command that stop, fail, resume and split the input between processes (`torchrun`)."""
+
+import gzip
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from conftest import (
+    FLOAT32_TOLERANCE,
+    PROJECT_ROOT,
+    converted_tiny_model,
+    read_hdf5,
+    reference_layers,
+    run_cli,
+    tiny_config,
+)
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.cli import main
+from hf_elmo.embedding_pipeline import (
+    DeferredStop,
+    EmbedError,
+    EmbedSettings,
+    Processes,
+    batch_lines,
+    embed_file,
+    open_output,
+    run_identity,
+)
+
+ROOT = PROJECT_ROOT
+WORDS = "the a cat dog sat on mat quickly under over house river été".split()
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    return converted_tiny_model(tmp_path_factory.mktemp("embedding"))
+
+
+@pytest.fixture(scope="module")
+def model(model_dir) -> ElmoModel:
+    return ElmoModel.from_pretrained(model_dir).eval()
+
+
+# -- the functions alone ----------------------------------------------------------------------------------------------
+
+
+def test_batches_are_sorted_by_length_without_finished_lines_and_long_lines_come_alone():
+    lines = [(0, "a b c"), (1, ""), (2, "a"), (3, None), (4, "a b c d e f"), (5, "a b")]
+    batches = list(batch_lines(iter(lines), str.split, finished={"5"}, batch_size=2, max_words=4))
+    assert batches == [
+        [(1, []), (3, [])],  # an undecodable line skipped (None) is an entry of 0 words
+        [(2, ["a"]), (0, ["a", "b", "c"])],
+        [(4, ["a", "b", "c", "d", "e", "f"])],
+    ]
+
+
+def test_deferred_stop_stops_between_batches_and_restores_the_handlers(tmp_path):
+    previous = signal.getsignal(signal.SIGINT)
+    with DeferredStop() as stop:
+        stop.check(tmp_path, 3)  # no signal yet: the run goes on
+        os.kill(os.getpid(), signal.SIGINT)  # recorded, not raised
+        with pytest.raises(EmbedError, match=f"stopped by signal {int(signal.SIGINT)} after 4 lines") as stopped:
+            stop.check(tmp_path, 4)
+    assert stopped.value.code == 128 + signal.SIGINT
+    assert signal.getsignal(signal.SIGINT) is previous
+
+
+def embed_settings(**overrides) -> EmbedSettings:
+    """The top layer of each line, 2 lines a batch; lines of more than 2 words run in windows (`embed_long`)."""
+    settings = dict(split=str.split, errors="strict", layers="top", pooled=False, batch_size=2, max_words=2)
+    return EmbedSettings(**{**settings, **overrides})
+
+
+def test_embed_file_writes_every_line_and_resumes_only_its_own_run(tiny_model, tiny_tokenizer, tmp_path, monkeypatch):
+    monkeypatch.delenv("WORLD_SIZE", raising=False)
+    lines = ["the cat sat", "", "a dog", "the mat"]
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    identity = run_identity(tmp_path / "in.txt", "tiny", tiny_model, {"layers": "top"})
+    processes = Processes()
+    counts = embed_file(
+        tiny_model,
+        tiny_tokenizer,
+        tmp_path / "in.txt",
+        tmp_path / "out",
+        processes,
+        embed_settings(),
+        identity=identity,
+        output_format="npy",
+        sentence_to_index=True,
+        resume=False,
+    )
+    assert counts == (len(lines), [])
+    for index, line in enumerate(lines):
+        np.testing.assert_allclose(
+            np.load(tmp_path / "out" / f"{index}.npy"),
+            reference_layers(tiny_model, line.split())[-1],
+            atol=FLOAT32_TOLERANCE,
+        )
+    assert json.loads((tmp_path / "out" / "sentence_to_index.json").read_text()) == {
+        line: str(index) for index, line in enumerate(lines)
+    }
+
+    open_output("npy", tmp_path / "stopped", identity, resume=False)  # a run stopped before its first line
+    state = (tmp_path / "stopped.parts" / "hf_elmo_embed.json").read_text()
+    with pytest.raises(EmbedError, match=r"cannot resume .*stopped\.parts: it holds a run with another layers \("):
+        embed_file(
+            tiny_model,
+            tiny_tokenizer,
+            tmp_path / "in.txt",
+            tmp_path / "stopped",
+            processes,
+            embed_settings(layers="all"),
+            identity={**identity, "layers": "all"},
+            output_format="npy",
+            sentence_to_index=True,
+            resume=True,
+        )
+    assert (tmp_path / "stopped.parts" / "hf_elmo_embed.json").read_text() == state
+
+
+# -- runs of the command ----------------------------------------------------------------------------------------------
+
+
+def corpus(n_lines: int, seed: int = 0) -> list[str]:
+    rng = np.random.default_rng(seed)
+    return [" ".join(rng.choice(WORDS, size=rng.integers(0, 12))) for _ in range(n_lines)]
+
+
+def start_cli(*args, **popen) -> subprocess.Popen:
+    """`python -m hf_elmo.cli ARGS` started in the background, offline."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.Popen([sys.executable, "-m", "hf_elmo.cli", *map(str, args)], env=env, **popen)
+
+
+def wait_for_parts(parts: Path, pattern: str, count: int, process: subprocess.Popen, seconds: float):
+    """Waits until `parts` holds `count` files matching `pattern`, the process ends or `seconds` pass."""
+    deadline = time.monotonic() + seconds
+    while len(list(parts.glob(pattern))) < count and process.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
+    lines = corpus(300)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    process = start_cli(
+        "embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "1", stderr=subprocess.DEVNULL
+    )
+    wait_for_parts(parts, "*.npz", 20, process, seconds=60)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+    written_before = list(parts.glob("*.npz"))
+    assert 20 <= len(written_before) < len(lines) and not output.exists()
+
+    capsys.readouterr()
+    assert (
+        main(
+            ["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--batch-size", "16", "--resume"]
+        )
+        == 0
+    )
+    assert f"resuming: {len(written_before)} of {len(lines)} lines" in capsys.readouterr().err
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "fresh.h5"), "--all"]) == 0
+    got, want = read_hdf5(output), read_hdf5(tmp_path / "fresh.h5")
+    assert sorted(got) == sorted(want) and len(got) == len(lines) + 1
+    assert got.pop("sentence_to_index")[0] == want.pop("sentence_to_index")[0]
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE, err_msg=name)
+
+
+def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
+    """A file-size limit makes a part write fail mid-run, as a full disk would."""
+    lines = corpus(200, seed=1)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output = tmp_path / "out.h5"
+
+    failed = run_cli(
+        "embed",
+        model_dir,
+        tmp_path / "in.txt",
+        output,
+        "--all",
+        "--batch-size",
+        "32",
+        preexec_fn=limit_file_size(60_000),
+    )
+    assert failed.returncode != 0
+    assert "Traceback" not in failed.stderr
+    assert "hf-elmo: error: cannot write" in failed.stderr and "--resume" in failed.stderr
+    parts = list((tmp_path / "out.h5.parts").iterdir())
+    assert any(part.suffix == ".npz" for part in parts) and not any("partial" in part.name for part in parts)
+
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--resume"]) == 0
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "fresh.h5"), "--all"]) == 0
+    got, want = read_hdf5(output), read_hdf5(tmp_path / "fresh.h5")
+    assert sorted(got) == sorted(want)
+    for name in want:
+        if name != "sentence_to_index":
+            np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE)
+
+
+def limit_file_size(limit: int):
+    """For `preexec_fn`: writes past `limit` bytes fail with EFBIG, as on a full disk."""
+
+    def apply():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+
+    return apply
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in sorted(folder.iterdir())}
+
+
+def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_path, capsys):
+    lines = corpus(200, seed=4)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    failed = run_cli(
+        "embed",
+        model_dir,
+        tmp_path / "in.txt",
+        output,
+        "--all",
+        "--batch-size",
+        "32",
+        preexec_fn=limit_file_size(60_000),
+    )
+    assert failed.returncode == 1 and any(part.suffix == ".npz" for part in parts.iterdir()), failed.stderr
+    before = snapshot(parts)
+
+    other_input = tmp_path / "other.txt"
+    other_input.write_text("\n".join(corpus(200, seed=5)) + "\n", encoding="utf-8")
+    other_model = tmp_path / "other-model"
+    torch.manual_seed(7)
+    ElmoModel(tiny_config()).save_pretrained(other_model)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(other_model)
+    attempts = {
+        "input file": [model_dir, other_input, output, "--all"],
+        "model, model weights": [other_model, tmp_path / "in.txt", output, "--all"],
+        "layers": [model_dir, tmp_path / "in.txt", output, "--top"],
+        "pooled": [model_dir, tmp_path / "in.txt", output, "--all", "--pooled"],
+        "cpu_matmul": [model_dir, tmp_path / "in.txt", output, "--all", "--cpu-matmul", "int8"],
+    }
+    for differs, arguments in attempts.items():
+        capsys.readouterr()
+        assert main(["embed", *map(str, arguments), "--resume"]) == 1
+        error = capsys.readouterr().err.strip()
+        assert error.startswith(f"hf-elmo: error: cannot resume {parts}: it holds a run with another {differs} ("), (
+            error
+        )
+        assert "\n" not in error and not output.exists()
+        assert snapshot(parts) == before  # left as it was
+
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--resume"]) == 0
+    assert len(read_hdf5(output)) == len(lines) + 1
+
+
+def test_stopped_run_names_its_parts_folder(model_dir, tmp_path):
+    (tmp_path / "in.txt").write_text("\n".join(corpus(300, seed=6)) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    process = start_cli(
+        "embed",
+        model_dir,
+        tmp_path / "in.txt",
+        output,
+        "--all",
+        "--batch-size",
+        "1",
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    wait_for_parts(parts, "*.npz", 5, process, seconds=60)
+    process.send_signal(signal.SIGINT)
+    stderr = process.communicate(timeout=60)[1]
+    assert process.returncode == 128 + signal.SIGINT
+    error = [line for line in stderr.splitlines() if "hf-elmo: error" in line]
+    assert len(error) == 1 and f"the finished lines are in {parts}/, rerun with --resume" in error[0], stderr
+    assert not output.exists() and len(list(parts.glob("*.npz"))) >= 5
+
+
+def test_npy_output_is_complete_or_absent(model_dir, model, tmp_path):
+    lines = corpus(40, seed=8)
+    lines[30] = " ".join(["dog"] * 400)  # its .npy (3 x 400 x 16 float32) is past the file-size limit below
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "npy", tmp_path / "npy.parts"
+    failed = run_cli(
+        "embed", model_dir, tmp_path / "in.txt", output, "--all", "--format", "npy", preexec_fn=limit_file_size(50_000)
+    )
+    assert failed.returncode == 1 and "hf-elmo: error: cannot write" in failed.stderr, failed.stderr
+    assert not output.exists()
+    assert not any("partial" in path.name for path in parts.iterdir()) and (parts / "0.npy").is_file()
+
+    assert (
+        main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--format", "npy", "--resume"])
+        == 0
+    )
+    assert not parts.exists()
+    assert sorted(path.name for path in output.iterdir()) == sorted(
+        [f"{i}.npy" for i in range(len(lines))] + ["sentence_to_index.json"]
+    )
+    np.testing.assert_allclose(
+        np.load(output / "30.npy"), reference_layers(model, lines[30].split()), atol=FLOAT32_TOLERANCE
+    )
+
+
+def torchrun_cli(*args, processes: int = 2, **popen) -> subprocess.Popen:
+    """`torchrun --nproc_per_node PROCESSES -m hf_elmo.cli ARGS` on the CPU (gloo), a free port chosen by torchrun."""
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+        "CUDA_VISIBLE_DEVICES": "",
+    }
+    command = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        str(processes),
+        "-m",
+        "hf_elmo.cli",
+        *map(str, args),
+    ]
+    return subprocess.Popen(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+
+
+def assert_same_embeddings(got: dict[str, np.ndarray], want: dict[str, np.ndarray]):
+    """The same datasets and sentence_to_index; the values within tolerance (other ranks batch lines differently)."""
+    assert sorted(got) == sorted(want)
+    assert json.loads(got.pop("sentence_to_index")[0]) == json.loads(want.pop("sentence_to_index")[0])
+    for name in want:
+        np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE, err_msg=name)
+
+
+def test_torchrun_two_processes_write_the_single_process_file(model_dir, tmp_path):
+    lines = corpus(61, seed=9)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    run = torchrun_cli("embed", model_dir, tmp_path / "in.txt", tmp_path / "two.h5", "--all", "--batch-size", "4")
+    stderr = run.communicate(timeout=300)[1]
+    assert run.returncode == 0, stderr[-4000:]
+    assert f"wrote {len(lines)} lines to {tmp_path / 'two.h5'} from 2 processes" in stderr
+    assert not (tmp_path / "two.h5.parts").exists()
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "one.h5"), "--all"]) == 0
+    assert_same_embeddings(read_hdf5(tmp_path / "two.h5"), read_hdf5(tmp_path / "one.h5"))
+
+
+def test_torchrun_failure_on_one_rank_writes_no_output(model_dir, tmp_path):
+    """Line 4 is not UTF-8 and belongs to rank 1 (odd index): rank 0 embeds its lines, then all stop, OUTPUT absent."""
+    lines = [line.encode() for line in corpus(40, seed=10)]
+    lines[3] = b"sat \xff on"
+    (tmp_path / "in.txt").write_bytes(b"\n".join(lines) + b"\n")
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    run = torchrun_cli("embed", model_dir, tmp_path / "in.txt", output, "--all", "--batch-size", "4")
+    stderr = run.communicate(timeout=300)[1]
+    assert run.returncode != 0
+    errors = [line for line in stderr.splitlines() if "hf-elmo: error" in line]
+    assert errors == [
+        f"hf-elmo: error: rank 1: {tmp_path / 'in.txt'} line 4: not valid UTF-8 (invalid start byte "
+        f"at byte 4); pass --errors replace or --errors skip"
+    ], stderr[-4000:]
+    assert not output.exists()
+    written = set()
+    for part in parts.glob("*.npz"):
+        with np.load(part) as arrays:
+            written.update(int(name) for name in arrays.files)
+    assert written == set(range(0, len(lines), 2))  # rank 0's lines, all of them
+
+
+def test_world_size_without_a_launcher_is_one_line(model_dir, tmp_path, monkeypatch, capsys):
+    (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("RANK", "0")
+    monkeypatch.delenv("MASTER_ADDR", raising=False)
+    assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert (
+        error.startswith("hf-elmo: error: cannot join the other 1 processes (WORLD_SIZE is set): ")
+        and error.endswith("; start hf-elmo with torchrun or accelerate launch")
+        and "\n" not in error
+    ), error
+    assert not (tmp_path / "o.h5").exists() and not (tmp_path / "o.h5.parts").exists()
+
+
+@pytest.mark.slow
+def test_torchrun_killed_run_resumes_per_rank_and_writes_npy(model_dir, tmp_path):
+    lines = corpus(400, seed=11)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    output, parts = tmp_path / "npy", tmp_path / "npy.parts"
+    arguments = ["embed", model_dir, tmp_path / "in.txt", output, "--top", "--format", "npy", "--batch-size", "1"]
+    run = torchrun_cli(*arguments)
+    wait_for_parts(parts, "*.npy", 40, run, seconds=120)
+    # The ranks, then torchrun, as a lost node would (torchrun starts each rank in a session of its own).
+    for pid in [*map(int, Path(f"/proc/{run.pid}/task/{run.pid}/children").read_text().split()), run.pid]:
+        os.kill(pid, signal.SIGKILL)
+    run.communicate()
+    written = {int(path.stem) for path in parts.glob("*.npy")}
+    assert 40 <= len(written) < len(lines) and not output.exists()
+    assert {index % 2 for index in written} == {0, 1}  # both ranks had written lines
+
+    resumed = torchrun_cli(*arguments, "--resume")
+    stderr = resumed.communicate(timeout=300)[1]
+    assert resumed.returncode == 0, stderr[-4000:]
+    assert f"resuming: {len(written)} of {len(lines)} lines are already written" in stderr
+    assert (
+        main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "one"), "--top", "--format", "npy"])
+        == 0
+    )
+    assert sorted(path.name for path in output.iterdir()) == sorted(path.name for path in (tmp_path / "one").iterdir())
+    assert json.loads((output / "sentence_to_index.json").read_text()) == json.loads(
+        (tmp_path / "one" / "sentence_to_index.json").read_text()
+    )
+    for index in range(len(lines)):
+        np.testing.assert_allclose(
+            np.load(output / f"{index}.npy"),
+            np.load(tmp_path / "one" / f"{index}.npy"),
+            atol=FLOAT32_TOLERANCE,
+            err_msg=str(index),
+        )
+
+
+def test_gzip_input_is_read(model_dir, tmp_path):
+    lines = corpus(5, seed=2)
+    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
+    (tmp_path / "in.txt.gz").write_bytes(gzip.compress((tmp_path / "in.txt").read_bytes()))
+    for name in ("in.txt", "in.txt.gz"):
+        assert main(["embed", str(model_dir), str(tmp_path / name), str(tmp_path / f"{name}.h5"), "--top"]) == 0
+    plain, compressed = read_hdf5(tmp_path / "in.txt.h5"), read_hdf5(tmp_path / "in.txt.gz.h5")
+    assert sorted(plain) == sorted(compressed)
+    for name in plain:
+        np.testing.assert_array_equal(plain[name], compressed[name], err_msg=name)  # the same batches: same bits

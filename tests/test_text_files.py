@@ -1,0 +1,47 @@
+"""The line reader shared by `hf-elmo embed` and pre-training: plain and gzip files, bad bytes, shards."""
+
+import gzip
+
+import pytest
+
+from hf_elmo.text_files import TextFileError, UndecodableLine, count_lines, read_lines, read_sentences
+
+TEXT = b"the cat\n\n  sat \xff on \n the mat\n"
+
+
+def test_lines_are_stripped_and_numbered_from_zero(tmp_path):
+    (tmp_path / "in.txt").write_bytes(TEXT.replace(b"\xff", b""))
+    assert list(read_lines(tmp_path / "in.txt")) == [(0, "the cat"), (1, ""), (2, "sat  on"), (3, "the mat")]
+
+
+def test_undecodable_lines_raise_are_replaced_or_skipped(tmp_path):
+    (tmp_path / "in.txt").write_bytes(TEXT)
+    with pytest.raises(UndecodableLine, match=r"in\.txt line 3: not valid UTF-8 \(invalid start byte at byte 6\)$"):
+        list(read_lines(tmp_path / "in.txt"))
+    assert list(read_lines(tmp_path / "in.txt", "replace"))[2] == (2, "sat \ufffd on")
+    assert list(read_lines(tmp_path / "in.txt", "skip"))[2] == (2, None)
+
+
+def test_a_shard_holds_the_lines_of_its_rank_and_skips_the_others_undecoded(tmp_path):
+    (tmp_path / "in.txt").write_bytes(TEXT)
+    assert list(read_lines(tmp_path / "in.txt", shard=(1, 2))) == [(1, ""), (3, "the mat")]  # line 2 is not decoded
+    assert [count_lines(tmp_path / "in.txt", (rank, 3)) for rank in range(3)] == [2, 1, 1]
+    assert count_lines(tmp_path / "in.txt") == 4
+
+
+def test_gzip_files_are_read_by_their_suffix_and_refused_without_it(tmp_path):
+    (tmp_path / "in.txt.gz").write_bytes(gzip.compress(TEXT))
+    (tmp_path / "in.txt").write_bytes(TEXT)
+    assert list(read_lines(tmp_path / "in.txt.gz", "skip")) == list(read_lines(tmp_path / "in.txt", "skip"))
+    (tmp_path / "compressed.txt").write_bytes(gzip.compress(TEXT))
+    with pytest.raises(TextFileError, match="holds gzip-compressed bytes; name it with a .gz suffix"):
+        list(read_lines(tmp_path / "compressed.txt"))
+    (tmp_path / "cut.txt.gz").write_bytes(gzip.compress(TEXT * 100)[:50])
+    with pytest.raises(TextFileError, match=r"cut\.txt\.gz: not a complete gzip file"):
+        list(read_lines(tmp_path / "cut.txt.gz", "skip"))
+
+
+def test_sentences_are_the_non_blank_lines_of_every_file_in_order(tmp_path):
+    (tmp_path / "a.txt").write_text("one\n\n  two  \n", encoding="utf-8")
+    (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"\nthree\r\n"))
+    assert list(read_sentences([tmp_path / "a.txt", str(tmp_path / "b.txt.gz")])) == ["one", "two", "three"]
