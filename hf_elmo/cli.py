@@ -352,41 +352,35 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     embed.add_argument("--verbose", action="store_true", help="list the line numbers of skipped lines")
     embed.set_defaults(func=embed_command)
 
-    convert = commands.add_parser(
+    def folder_writer(name: str, help: str, formats: list[str], format_help: str) -> argparse.ArgumentParser:
+        """`convert` and `export`: a subcommand writing one folder, in one of `formats` (the first by default)."""
+        subparser = commands.add_parser(name, prog=progs.get(name), help=help)
+        subparser.add_argument("--format", choices=formats, default=formats[0], help=format_help)
+        subparser.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
+        subparser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
+        return subparser
+
+    convert = folder_writer(
         "convert",
-        prog=progs.get("convert"),
-        help="convert an original checkpoint (options.json + weights.hdf5) or an ELMoForManyLangs model",
-    )
-    convert.add_argument(
-        "--format",
-        choices=["original", "elmoformanylangs"],
-        default="original",
-        help="bilm-tf/AllenNLP files (default) or an ELMoForManyLangs release (folder or .zip)",
+        "convert an original checkpoint (options.json + weights.hdf5) or an ELMoForManyLangs model",
+        ["original", "elmoformanylangs"],
+        "bilm-tf/AllenNLP files (default) or an ELMoForManyLangs release (folder or .zip)",
     )
     convert.add_argument("--options-file", help="original options.json (path or http(s) URL)")
     convert.add_argument("--weight-file", help="original weights.hdf5 (path or http(s) URL)")
     convert.add_argument("--model-dir", help="with --format elmoformanylangs: the unpacked release folder or its .zip")
-    convert.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
-    convert.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     convert.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload the folder to this Hub repository")
     convert.add_argument("--private", action="store_true", help="create the Hub repository as private")
     convert.set_defaults(func=convert_command)
 
-    export = commands.add_parser(
+    export = folder_writer(
         "export",
-        prog=progs.get("export"),
-        help="export a model folder to the original layout (options.json + weights.hdf5) or to ONNX",
-    )
-    export.add_argument(
-        "--format",
-        choices=["original", "onnx"],
-        default="original",
-        help="bilm-tf/AllenNLP files (default) or model.onnx for ONNX Runtime, any batch size and sentence length, "
+        "export a model folder to the original layout (options.json + weights.hdf5) or to ONNX",
+        ["original", "onnx"],
+        "bilm-tf/AllenNLP files (default) or model.onnx for ONNX Runtime, any batch size and sentence length, "
         "beside the config and tokenizer files (needs the onnx extra)",
     )
     export.add_argument("--model-dir", required=True, help="an hf_elmo model folder")
-    export.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
-    export.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
     export.set_defaults(func=export_command)
 
     info = commands.add_parser(

@@ -121,31 +121,41 @@ class ElmoCharacterEncoder(nn.Module):
         return self.projection(x) if self.projection is not None else x
 
 
+def lstm_cell(
+    module: "ElmoLstmLayer", input_gates: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    One step of the reference recurrence of `module`, for every row: TensorFlow's `LSTMCell` with
+    `config.forget_bias` added to the forget gate. `input_gates` `(batch, 4 * cell_dim)` is the step's input times
+    the input kernel plus the bias; returns the state after the step, `(hidden, memory)`.
+    """
+    gates = input_gates + hidden @ module.recurrent_kernel
+    in_gate, forget_gate, cell_input, out_gate = gates.split(module.cell_dim, dim=-1)
+    forget = torch.sigmoid(forget_gate + module.config.forget_bias)
+    new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + forget * memory
+    if module.cell_clip is not None:
+        new_memory = new_memory.clamp(-module.cell_clip, module.cell_clip)
+    new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
+    if module.projection_kernel is not None:
+        new_hidden = new_hidden @ module.projection_kernel
+    if module.proj_clip is not None:
+        new_hidden = new_hidden.clamp(-module.proj_clip, module.proj_clip)
+    return new_hidden, new_memory
+
+
 def lstm_layer_reference(
     module: "ElmoLstmLayer", inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
-    The reference recurrence of `module`, step by step under autograd (arguments and results as
-    [`ElmoLstmLayer.forward`]): TensorFlow's `LSTMCell` with `config.forget_bias` added to the forget gate.
+    The reference recurrence of `module`, step by step under autograd ([`lstm_cell`]; arguments and results as
+    [`ElmoLstmLayer.forward`]).
     """
     input_gates = inputs @ module.input_kernel + module.bias  # every step in one product
-    cell_clip, proj_clip, forget_bias = module.cell_clip, module.proj_clip, module.config.forget_bias
     # Steps are taken apart with unbind and put together with stack, one autograd node each: indexing a step
     # of a tensor (or writing one) costs a backward pass over the whole tensor at every step.
     outputs = []
     for step, step_input_gates in enumerate(input_gates.unbind(1)):
-        gates = step_input_gates + hidden @ module.recurrent_kernel
-        in_gate, forget_gate, cell_input, out_gate = gates.split(module.cell_dim, dim=-1)
-        new_memory = (
-            torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate + forget_bias) * memory
-        )
-        if cell_clip is not None:
-            new_memory = new_memory.clamp(-cell_clip, cell_clip)
-        new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
-        if module.projection_kernel is not None:
-            new_hidden = new_hidden @ module.projection_kernel
-        if proj_clip is not None:
-            new_hidden = new_hidden.clamp(-proj_clip, proj_clip)
+        new_hidden, new_memory = lstm_cell(module, step_input_gates, hidden, memory)
         valid = mask[:, step, None]
         hidden = torch.where(valid, new_hidden, hidden)
         memory = torch.where(valid, new_memory, memory)

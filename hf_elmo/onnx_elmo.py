@@ -14,6 +14,7 @@ int64 (right padding), then `word_input_ids` `(batch, positions)` for models wit
 """
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -34,6 +35,7 @@ from .modeling_elmo import (
     ElmoForTokenClassification,
     ElmoLstmLayer,
     ElmoModel,
+    lstm_cell,
     masked_pool,
     reverse_valid_steps,
     word_positions,
@@ -73,31 +75,15 @@ def lstm_direction(
 
 def elmo_lstm_layer(layer: ElmoLstmLayer, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
-    `layer` from a zero state on `inputs` `(batch, steps, projection_dim)` in its reading order: the step math of
-    `modeling_elmo.lstm_layer_reference` (forget bias, cell clip, projection, projection clip) as one scan.
+    `layer` from a zero state on `inputs` `(batch, steps, projection_dim)` in its reading order: the reference
+    recurrence's step (`modeling_elmo.lstm_cell`) as one scan.
     """
-    cell_dim, cell_clip, proj_clip = layer.cell_dim, layer.cell_clip, layer.proj_clip
-    forget_bias = layer.config.forget_bias
-
-    def step(input_gates, hidden, memory):
-        gates = input_gates + hidden @ layer.recurrent_kernel
-        in_gate, forget_gate, cell_input, out_gate = gates.split(cell_dim, dim=-1)
-        new_memory = (
-            torch.sigmoid(in_gate) * torch.tanh(cell_input) + torch.sigmoid(forget_gate + forget_bias) * memory
-        )
-        if cell_clip is not None:
-            new_memory = new_memory.clamp(-cell_clip, cell_clip)
-        new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
-        if layer.projection_kernel is not None:
-            new_hidden = new_hidden @ layer.projection_kernel
-        if proj_clip is not None:
-            new_hidden = new_hidden.clamp(-proj_clip, proj_clip)
-        return new_hidden, new_memory
-
     batch = inputs.shape[0]
     hidden = inputs.new_zeros(batch, layer.recurrent_kernel.shape[0])
-    memory = inputs.new_zeros(batch, cell_dim)
-    return lstm_direction(step, inputs @ layer.input_kernel + layer.bias, mask, hidden, memory)
+    memory = inputs.new_zeros(batch, layer.cell_dim)
+    return lstm_direction(
+        functools.partial(lstm_cell, layer), inputs @ layer.input_kernel + layer.bias, mask, hidden, memory
+    )
 
 
 def task_lstm(lstm: nn.LSTM, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
