@@ -25,6 +25,12 @@ TEXTS = ["the cat sat on the mat", "a", "hello,  world  again !", "", "one two t
 BAE_SENTENCES = ["배가 고프다", "배가 아프다", "배를 타고 여행을 가다", "배를 깎아 먹었다"]
 
 
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """No Hub request, even where sentence-transformers would look a model or its card up."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+
+
 def load(folder, **kwargs) -> SentenceTransformer:
     """The folder's sentence-transformers model, on CPU, from local files only."""
     return SentenceTransformer(str(folder), trust_remote_code=True, local_files_only=True, device="cpu", **kwargs)
@@ -58,6 +64,7 @@ def bundled():
 def test_the_folder_loads_as_the_elmo_module_alone(tiny_folder, tiny_model):
     model = load(tiny_folder)
     assert [type(module) for module in model] == [ElmoSentenceEncoder]
+    assert type(model[0].model) is ElmoModel  # hf_elmo's class, not the folder's code copy
     assert import_from_string(ENCODER_CLASS) is ElmoSentenceEncoder
     assert model.get_embedding_dimension() == 2 * tiny_model.config.projection_dim
     assert model.similarity_fn_name == "cosine"
