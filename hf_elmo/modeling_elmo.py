@@ -19,6 +19,7 @@ from .kernels_elmo import (
     lstm_layer_with_handwritten_backward,
     max_pooled_by_matmul,
 )
+from .sentence_transformers_folder import write_sentence_transformers_files
 
 
 @dataclass
@@ -402,10 +403,17 @@ class ElmoPreTrainedModel(PreTrainedModel):
         return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
 
     def save_pretrained(self, save_directory, *args, **kwargs):
-        """As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`."""
+        """
+        As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`, and
+        a biLM (`ElmoModel`, `ElmoForPreTraining`) also writes the files that make the folder a sentence-transformers
+        model (see `sentence_transformers_folder`).
+        """
         if self.is_remote_code():
             self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **AUTO_MAP}
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        saved = super().save_pretrained(save_directory, *args, **kwargs)
+        if isinstance(self, (ElmoModel, ElmoForPreTraining)) and kwargs.get("is_main_process", True):
+            write_sentence_transformers_files(save_directory)
+        return saved
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):

@@ -4,9 +4,10 @@
 - `ko-nsmc-sentiment`: a sentiment classifier (negative / positive) on that biLM, trained on the labelled reviews.
 
 Each folder holds a model card (`README.md`) with its data, commands, cost and measured figures, the config, weights
-and tokenizer files, and no code: it loads with `from_pretrained`, the Auto classes and `pipeline` through the classes
-`import hf_elmo` registers. A copy saved from it with `save_pretrained` carries the code files and `auto_map`, and
-loads with `trust_remote_code=True` where hf_elmo is not installed.
+and tokenizer files (and, for the biLM, the files that make it a sentence-transformers model), and no code: it loads
+with `from_pretrained`, the Auto classes and `pipeline` through the classes `import hf_elmo` registers. A copy saved
+from it with `save_pretrained` carries the code files and `auto_map`, and loads with `trust_remote_code=True` where
+hf_elmo is not installed.
 """
 
 from pathlib import Path

@@ -1,0 +1,32 @@
+"""The files that make a saved biLM folder a sentence-transformers model, written without sentence-transformers.
+
+`save_pretrained` of a biLM (`ElmoModel`, `ElmoForPreTraining`) writes them beside the weights, so every folder
+hf_elmo writes (converters, pre-training, `push_to_hub`) loads with `SentenceTransformer(folder,
+trust_remote_code=True)`. `modules.json` names one module, [`~sentence_transformers_elmo.ElmoSentenceEncoder`]:
+hf_elmo's own sentence vector, `ElmoModel.sentence_embedding`. Without the files, sentence-transformers would build
+its default for a transformers folder: the mean of the top layer alone, counting `<S>` and `</S>` as words.
+"""
+
+import json
+import os
+
+ENCODER_CLASS = "hf_elmo.sentence_transformers_elmo.ElmoSentenceEncoder"
+MODULES_FILE = "modules.json"
+ENCODER_CONFIG_FILE = "sentence_bert_config.json"
+MODEL_CONFIG_FILE = "config_sentence_transformers.json"
+SENTENCE_TRANSFORMERS_FILES = {
+    # One module, saved in the folder's root: it reads the config, weights and tokenizer files already there.
+    MODULES_FILE: [{"idx": 0, "name": "0", "path": "", "type": ENCODER_CLASS}],
+    # The module's defaults: the plain average of the layers (as `sentence_embedding` takes), no truncation.
+    ENCODER_CONFIG_FILE: {"layer_weights": None, "max_seq_length": None},
+    # ELMo's vectors are not normalised: cosine, as hf_elmo's examples compare them.
+    MODEL_CONFIG_FILE: {"model_type": "SentenceTransformer", "similarity_fn_name": "cosine"},
+}
+
+
+def write_sentence_transformers_files(folder: str | os.PathLike) -> None:
+    """Writes `modules.json`, `sentence_bert_config.json` and `config_sentence_transformers.json` in `folder`."""
+    for name, content in SENTENCE_TRANSFORMERS_FILES.items():
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
+            json.dump(content, handle, indent=2)
+            handle.write("\n")

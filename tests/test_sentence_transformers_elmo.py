@@ -1,0 +1,221 @@
+"""`SentenceTransformer(folder)` on folders hf_elmo writes: `ElmoModel.sentence_embedding`, batched, offline."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
+
+from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
+from hf_elmo.conversion import convert
+from hf_elmo.pretraining import main as pretraining_main
+from hf_elmo.sentence_transformers_folder import ENCODER_CLASS
+
+pytest.importorskip("sentence_transformers")
+from sentence_transformers import SentenceTransformer  # noqa: E402
+from sentence_transformers.util import import_from_string  # noqa: E402
+
+from hf_elmo.sentence_transformers_elmo import ElmoSentenceEncoder  # noqa: E402
+
+# Spacing and punctuation as users type them; "" has no word (a zero vector, as sentence_embedding gives).
+TEXTS = ["the cat sat on the mat", "a", "hello,  world  again !", "", "one two three four five six seven", "x y"]
+# examples/quickstart.py: 배 is belly in the first two, a boat in the third, a pear in the fourth.
+BAE_SENTENCES = ["배가 고프다", "배가 아프다", "배를 타고 여행을 가다", "배를 깎아 먹었다"]
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch):
+    """No Hub request, even where sentence-transformers would look a model or its card up."""
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+
+
+def load(folder, **kwargs) -> SentenceTransformer:
+    """The folder's sentence-transformers model, on CPU, from local files only."""
+    return SentenceTransformer(str(folder), trust_remote_code=True, local_files_only=True, device="cpu", **kwargs)
+
+
+def own_sentence_embedding(model: ElmoModel, tokenizer: ElmoTokenizer, texts, **encoding) -> torch.Tensor:
+    """hf_elmo's sentence vectors of `texts`, in one padded batch."""
+    with torch.inference_mode():
+        return model.sentence_embedding(**tokenizer(texts, padding=True, return_tensors="pt", **encoding))
+
+
+def cosines(vectors: torch.Tensor) -> torch.Tensor:
+    normalised = torch.nn.functional.normalize(vectors, dim=-1)
+    return normalised @ normalised.T
+
+
+@pytest.fixture
+def tiny_folder(tmp_path, tiny_model, tiny_tokenizer) -> Path:
+    tiny_model.save_pretrained(tmp_path / "tiny")
+    tiny_tokenizer.save_pretrained(tmp_path / "tiny")
+    return tmp_path / "tiny"
+
+
+@pytest.fixture(scope="module")
+def bundled():
+    """The bundled biLM as sentence-transformers loads it, and as hf_elmo loads it."""
+    folder = bundled_model_path("ko-nsmc")
+    return load(folder), ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+
+
+def test_the_folder_loads_as_the_elmo_module_alone(tiny_folder, tiny_model):
+    model = load(tiny_folder)
+    assert [type(module) for module in model] == [ElmoSentenceEncoder]
+    assert type(model[0].model) is ElmoModel  # hf_elmo's class, not the folder's code copy
+    assert import_from_string(ENCODER_CLASS) is ElmoSentenceEncoder
+    assert model.get_embedding_dimension() == 2 * tiny_model.config.projection_dim
+    assert model.similarity_fn_name == "cosine"
+
+
+@pytest.mark.parametrize("batch_size", [1, 4, len(TEXTS)])
+def test_encode_is_sentence_embedding_at_any_batch_size(tiny_folder, tiny_model, tiny_tokenizer, batch_size):
+    vectors = load(tiny_folder).encode(TEXTS, batch_size=batch_size, convert_to_tensor=True)
+    reference = own_sentence_embedding(tiny_model, tiny_tokenizer, TEXTS)
+    assert vectors.shape == (len(TEXTS), 2 * tiny_model.config.projection_dim)
+    torch.testing.assert_close(vectors, reference, atol=FLOAT32_TOLERANCE, rtol=0)
+
+
+def test_the_module_given_directly_needs_no_trust_remote_code(tiny_folder, tiny_model, tiny_tokenizer):
+    module = ElmoSentenceEncoder.load(str(tiny_folder), local_files_only=True)
+    vectors = SentenceTransformer(modules=[module], device="cpu").encode(TEXTS, convert_to_tensor=True)
+    torch.testing.assert_close(
+        vectors, own_sentence_embedding(tiny_model, tiny_tokenizer, TEXTS), atol=FLOAT32_TOLERANCE, rtol=0
+    )
+
+
+def test_texts_are_split_as_the_folders_tokenizer_splits_them(tmp_path, tiny_model):
+    # A non-default pre-tokenizer ("don't" is 3 words): the module reads it from the folder, as hf_elmo does.
+    tokenizer = ElmoTokenizer(max_characters_per_token=20, pre_tokenizer="whitespace")
+    tiny_model.save_pretrained(tmp_path)
+    tokenizer.save_pretrained(tmp_path)
+    texts = ["don't stop, ever", "well-known  words"]
+    model = load(tmp_path)
+    features = model.preprocess(texts)
+    assert torch.equal(features["input_ids"], tokenizer(texts, padding=True, return_tensors="pt")["input_ids"])
+    torch.testing.assert_close(
+        model.encode(texts, convert_to_tensor=True),
+        own_sentence_embedding(tiny_model, tokenizer, texts),
+        atol=FLOAT32_TOLERANCE,
+        rtol=0,
+    )
+
+
+@pytest.mark.parametrize("batch_size", [1, 3, 32])
+def test_bundled_bilm_encodes_as_sentence_embedding(bundled, batch_size):
+    model, bilm, tokenizer = bundled
+    texts = BAE_SENTENCES + ["정말 재미있고 감동적인 영화였어요", "시간 낭비, 돈 아깝다", "지루하고 스토리도 엉망이다"]
+    vectors = model.encode(texts, batch_size=batch_size, convert_to_tensor=True)
+    torch.testing.assert_close(vectors, own_sentence_embedding(bilm, tokenizer, texts), atol=FLOAT32_TOLERANCE, rtol=0)
+
+
+def test_bundled_bae_similarities_are_hf_elmos(bundled):
+    model, bilm, tokenizer = bundled
+    vectors = model.encode(BAE_SENTENCES, convert_to_tensor=True)
+    similarity = model.similarity(vectors, vectors)
+    torch.testing.assert_close(
+        similarity, cosines(own_sentence_embedding(bilm, tokenizer, BAE_SENTENCES)), atol=FLOAT32_TOLERANCE, rtol=0
+    )
+    # The two bellies are nearer each other than the belly is to the boat or the pear.
+    assert similarity[0, 1] > max(similarity[0, 2], similarity[0, 3])
+    pairwise = model.similarity_pairwise(vectors[:2], vectors[2:])
+    torch.testing.assert_close(pairwise, similarity[[0, 1], [2, 3]], atol=FLOAT32_TOLERANCE, rtol=0)
+
+
+def test_layer_weights_and_max_seq_length_apply_and_survive_save(tmp_path, tiny_model, tiny_tokenizer):
+    module = ElmoSentenceEncoder(tiny_model, tiny_tokenizer, layer_weights=[0.0, 0.0, 1.0], max_seq_length=4)
+    model = SentenceTransformer(modules=[module], device="cpu")
+    with torch.inference_mode():
+        reference = tiny_model.sentence_embedding(
+            **tiny_tokenizer(TEXTS, padding=True, truncation=True, max_length=4, return_tensors="pt"),
+            layer_weights=[0.0, 0.0, 1.0],
+        )
+    torch.testing.assert_close(model.encode(TEXTS, convert_to_tensor=True), reference, atol=FLOAT32_TOLERANCE, rtol=0)
+    model.save(str(tmp_path / "saved"))
+    config = json.loads((tmp_path / "saved" / "sentence_bert_config.json").read_text())
+    assert config == {"layer_weights": [0.0, 0.0, 1.0], "max_seq_length": 4}
+    reloaded = load(tmp_path / "saved")
+    assert reloaded.max_seq_length == 4
+    torch.testing.assert_close(
+        reloaded.encode(TEXTS, convert_to_tensor=True), reference, atol=FLOAT32_TOLERANCE, rtol=0
+    )
+
+
+def test_converted_and_pre_training_folders_load(tmp_path):
+    options, weights = write_original_checkpoint(tmp_path / "original", tiny_config(), seed=3)
+    convert(options, weights, tmp_path / "converted")
+    # Two steps of hf-elmo pretrain on learned characters: its output folder as the Trainer saves it.
+    text = ["배가 고프다", "배를 타고 여행을 가다", "배를 깎아 먹었다", "a b c"] * 4
+    for name in ("train.txt", "valid.txt"):
+        (tmp_path / name).write_text("\n".join(text) + "\n", encoding="utf-8")
+    pretraining_main(
+        ["--train-file", str(tmp_path / "train.txt"), "--validation-file", str(tmp_path / "valid.txt")]
+        + ["--output-dir", str(tmp_path / "pre-training"), "--preset", "tiny", "--char-vocab", "learned"]
+        + ["--max-characters-per-token", "20", "--n-negative-samples", "4", "--min-count", "1", "--max-steps", "2"]
+    )
+    for folder in (tmp_path / "converted", tmp_path / "pre-training"):
+        bilm, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+        torch.testing.assert_close(
+            load(folder).encode(text[:4], batch_size=3, convert_to_tensor=True),
+            own_sentence_embedding(bilm, tokenizer, text[:4]),
+            atol=FLOAT32_TOLERANCE,
+            rtol=0,
+        )
+
+
+# docs/sentence-transformers.md: where hf_elmo is not installed, the code files saved beside the weights give the same
+# vector through sentence-transformers' own Transformer module, calling sentence_embedding.
+WITHOUT_HF_ELMO = """
+import sys
+
+import torch
+
+sys.modules["hf_elmo"] = None  # as if hf_elmo were not installed: importing it fails
+from sentence_transformers import SentenceTransformer
+from sentence_transformers.base.modules import Transformer
+
+folder, texts, output = sys.argv[1], sys.argv[2:-1], sys.argv[-1]
+remote = {"trust_remote_code": True, "local_files_only": True}
+module = Transformer(
+    folder,
+    model_kwargs=remote,
+    config_kwargs=remote,
+    processor_kwargs=remote,
+    modality_config={"text": {"method": "sentence_embedding", "method_output_name": None}},
+    module_output_name="sentence_embedding",
+)
+assert type(module.model).__module__.startswith("transformers_modules."), type(module.model)
+torch.save(SentenceTransformer(modules=[module], device="cpu").encode(texts, convert_to_tensor=True), output)
+"""
+
+
+def test_without_hf_elmo_the_folders_code_serves_the_stock_transformer(tiny_folder, tiny_model, tiny_tokenizer):
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_HF_ELMO, str(tiny_folder), *TEXTS, str(tiny_folder / "vectors.pt")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert run.returncode == 0, run.stderr
+    torch.testing.assert_close(
+        torch.load(tiny_folder / "vectors.pt"),
+        own_sentence_embedding(tiny_model, tiny_tokenizer, TEXTS),
+        atol=FLOAT32_TOLERANCE,
+        rtol=0,
+    )
+
+
+def test_bad_input_gets_one_line(tiny_folder, tiny_model, tiny_tokenizer):
+    with pytest.raises(ValueError, match="trust_remote_code=True"):
+        SentenceTransformer(str(tiny_folder), local_files_only=True, device="cpu")
+    with pytest.raises(ValueError, match=r"^ElmoSentenceEncoder embeds texts \(str\), one per input, got tuple$"):
+        load(tiny_folder).encode([("a text", "its pair")])
+    with pytest.raises(ValueError, match=r"^ElmoSentenceEncoder runs in PyTorch, not backend='onnx'"):
+        load(tiny_folder, backend="onnx")
+    with pytest.raises(ValueError, match=r"^layer_weights needs 3 values, one per layer, got 2$"):
+        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, layer_weights=[0.5, 0.5])
+    with pytest.raises(ValueError, match=r"rows of 50 characters .* reads 20 .*: save the model's own tokenizer"):
+        ElmoSentenceEncoder(tiny_model, ElmoTokenizer())

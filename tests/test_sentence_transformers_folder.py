@@ -1,0 +1,41 @@
+"""The sentence-transformers files of saved folders: written by a biLM's save_pretrained, not by a head's."""
+
+import json
+from pathlib import Path
+
+import pytest
+from conftest import tiny_config
+
+from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoModel, bundled_model_path
+from hf_elmo.sentence_transformers_folder import SENTENCE_TRANSFORMERS_FILES
+
+
+def written_files(folder: Path) -> dict[str, object]:
+    """The sentence-transformers files found in `folder`, parsed."""
+    paths = [folder / name for name in SENTENCE_TRANSFORMERS_FILES]
+    return {path.name: json.loads(path.read_text()) for path in paths if path.exists()}
+
+
+@pytest.mark.parametrize(
+    "model_class, overrides",
+    [(ElmoModel, {}), (ElmoForPreTraining, {"word_vocab_size": 30})],
+    ids=["ElmoModel", "ElmoForPreTraining"],
+)
+def test_a_bilm_saves_the_files(tmp_path, model_class, overrides):
+    model_class(tiny_config(**overrides)).save_pretrained(tmp_path)
+    assert written_files(tmp_path) == SENTENCE_TRANSFORMERS_FILES
+    modules = SENTENCE_TRANSFORMERS_FILES["modules.json"]
+    assert [module["type"] for module in modules] == ["hf_elmo.sentence_transformers_elmo.ElmoSentenceEncoder"]
+
+
+def test_a_head_and_a_process_other_than_the_main_one_save_none(tmp_path):
+    # A classifier's folder is its task model: a sentence-transformers model made of it would ignore the head.
+    ElmoForSequenceClassification(tiny_config(num_labels=2)).save_pretrained(tmp_path / "head")
+    assert written_files(tmp_path / "head") == {}
+    ElmoModel(tiny_config()).save_pretrained(tmp_path / "other", is_main_process=False)
+    assert written_files(tmp_path / "other") == {}
+
+
+def test_the_bundled_bilm_carries_the_files_its_save_pretrained_writes():
+    assert written_files(Path(bundled_model_path("ko-nsmc"))) == SENTENCE_TRANSFORMERS_FILES
+    assert written_files(Path(bundled_model_path("ko-nsmc-sentiment"))) == {}
