@@ -32,7 +32,8 @@ from benchmark_inference import gemm_peak
 from hf_elmo import ElmoTokenizer
 from hf_elmo.configuration_elmo import ElmoConfig
 from hf_elmo.kernels_elmo import cpu_model
-from hf_elmo.pretraining import DataArguments, ModelArguments, model_config, read_lines, save_tokenizer
+from hf_elmo.pretraining import DataArguments, ModelArguments, model_config, save_tokenizer
+from hf_elmo.text_files import read_sentences
 
 # The last commit before the training recurrence ran on valid positions alone.
 BASELINE_REV = "ada9755"
@@ -52,6 +53,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--max-length", type=int, default=40)
     parser.add_argument("--steps", type=int, default=12, help="training steps timed per run")
+    parser.add_argument(
+        "--train-lines", type=int, default=50_000, help="lines the runs train on (the vocabulary is of the whole file)"
+    )
     return parser.parse_args()
 
 
@@ -72,7 +76,7 @@ def reviews_per_second(
     output_dir = workdir / f"run-{tree.name}-{shape}-{threads}"
     shutil.rmtree(output_dir, ignore_errors=True)
     shutil.copytree(tokenizer_dir, output_dir)  # `--resume` keeps a vocabulary already in the output folder
-    command = [sys.executable, "-m", "hf_elmo.pretraining", "--train-file", args.train_file]
+    command = [sys.executable, "-m", "hf_elmo.pretraining", "--train-file", str(workdir / "train.txt")]
     command += ["--validation-file", str(workdir / "validation.txt"), "--output-dir", str(output_dir), "--resume"]
     shape_options = [item for name, value in SHAPES[shape].items() for item in (f"--{name.replace('_', '-')}", value)]
     command += [*map(str, shape_options), *DATA_OPTIONS, "--batch-size", str(args.batch_size)]
@@ -121,8 +125,10 @@ def main():
     args = parse_args()
     with tempfile.TemporaryDirectory() as folder:
         workdir = Path(folder)
-        lines = list(read_lines([args.train_file]))
+        lines = list(read_sentences([args.train_file]))
         (workdir / "validation.txt").write_text("\n".join(lines[:64]) + "\n", encoding="utf-8")
+        # Each run reads its text and counts its <UNK> words before training: a part of the file keeps that short.
+        (workdir / "train.txt").write_text("\n".join(lines[: args.train_lines]) + "\n", encoding="utf-8")
         data_args = DataArguments(
             train_file=[args.train_file], validation_file=[], pre_tokenizer="whitespace", min_count=3,
             max_vocab_size=100_000, char_vocab="learned",
