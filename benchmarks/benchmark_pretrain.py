@@ -84,7 +84,8 @@ def reviews_per_second(
     command += ["--save-steps", "1000000", "--logging-steps", str(steps), "--disable-tqdm", "true"]
     command += ["--seed", "0", "--report-to", "none"]
     environment = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run(command, capture_output=True, text=True, env=environment)
+    # Run from the work folder: `python -m` puts the working directory first on the path, before PYTHONPATH.
+    result = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=workdir)
     found = re.search(r"'train_samples_per_second': '([0-9.]+)'", result.stdout)
     if result.returncode != 0 or found is None:
         raise RuntimeError(f"{' '.join(command)} failed:\n{result.stderr[-3000:]}")

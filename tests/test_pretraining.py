@@ -105,18 +105,28 @@ def test_loss_is_the_mean_nll_of_next_and_previous_words(vocab_tokenizer):
     torch.testing.assert_close(output.loss, (expected_forward + expected_backward) / 2)
 
 
-def test_fast_training_path_gives_the_reference_loss_and_gradients(vocab_tokenizer, monkeypatch):
+@pytest.mark.parametrize(
+    "device",
+    [
+        "cpu",
+        pytest.param(
+            "cuda",
+            marks=[pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")],
+        ),
+    ],
+)
+def test_fast_training_path_gives_the_reference_loss_and_gradients(vocab_tokenizer, monkeypatch, device):
     """
     A training step's sampled loss and every gradient (character CNN, biLM, softmax) on sentences of uneven lengths:
     the default path (recurrence on the valid positions, hand-written backward) against autograd through the
     reference code, with the same negatives. (The recurrence alone is also checked in float64 in test_kernels_elmo.)
     """
-    model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).train()
+    model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).train().to(device)
     rng = random.Random(0)
     sentences = [[rng.choice(WORDS) for _ in range(rng.randint(1, 9))] for _ in range(7)]
     batch = vocab_tokenizer(
         sentences, is_split_into_words=True, padding=True, return_word_labels=True, return_tensors="pt"
-    )
+    ).to(device)
     fast_calls = []
     handwritten = ElmoLstmLayer.implementations["training"]
     monkeypatch.setitem(
