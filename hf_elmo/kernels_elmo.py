@@ -318,8 +318,8 @@ class PackedSteps(NamedTuple):
 
     def previous_rows(self) -> torch.Tensor:
         """For each packed row of steps 1 onwards, the packed row of the same sentence at the step before."""
-        rows = [torch.arange(start, start + rows) for start, rows in zip(self.starts, self.running[1:])]
-        return torch.cat(rows).to(self.order.device) if rows else self.order.new_zeros(0)
+        steps = [torch.arange(start, start + count) for start, count in zip(self.starts, self.running[1:])]
+        return torch.cat(steps).to(self.order.device) if steps else self.order.new_zeros(0)
 
     def last_rows(self) -> torch.Tensor:
         """For each sorted row with a valid step, the packed row of its last step."""
