@@ -270,10 +270,8 @@ class PretrainingArguments(TrainingArguments):
 
     def __post_init__(self):
         super().__post_init__()
-        # Pinned memory only speeds up copies to an accelerator; without one, DataLoader warns that it is unused.
-        self.dataloader_pin_memory = (
-            self.dataloader_pin_memory and torch.accelerator.is_available() and not self.use_cpu
-        )
+        # Pinned memory only speeds up copies to a GPU; without one, DataLoader warns that it is unused.
+        self.dataloader_pin_memory = self.dataloader_pin_memory and torch.cuda.is_available() and not self.use_cpu
 
 
 def build_parser() -> HfArgumentParser:
