@@ -154,6 +154,11 @@ def tiny_tokenizer() -> ElmoTokenizer:
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
+def convert_args(options, weights, output_dir) -> list[str]:
+    """The options of `hf-elmo convert` for an original checkpoint: `options.json`, `weights.hdf5`, output folder."""
+    return ["--options-file", str(options), "--weight-file", str(weights), "--output-dir", str(output_dir)]
+
+
 def converted_tiny_model(folder: Path) -> Path:
     """A tiny original checkpoint (seed 3) converted with `hf-elmo convert`, in process, into `folder/model`."""
     from hf_elmo.cli import main
@@ -163,12 +168,7 @@ def converted_tiny_model(folder: Path) -> Path:
         main(
             [
                 "convert",
-                "--options-file",
-                str(options),
-                "--weight-file",
-                str(weights),
-                "--output-dir",
-                str(folder / "model"),
+                *convert_args(options, weights, folder / "model"),
             ]
         )
         == 0

@@ -17,6 +17,7 @@ import tomllib
 import torch
 from conftest import (
     FLOAT32_TOLERANCE,
+    convert_args,
     converted_tiny_model,
     read_hdf5,
     reference_layers,
@@ -239,12 +240,7 @@ def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):
         main(
             [
                 "convert",
-                "--options-file",
-                str(tmp_path / "none.json"),
-                "--weight-file",
-                str(tmp_path / "none.hdf5"),
-                "--output-dir",
-                str(tmp_path / "out"),
+                *convert_args(tmp_path / "none.json", tmp_path / "none.hdf5", tmp_path / "out"),
             ]
         )
         == 1
@@ -402,12 +398,7 @@ def test_convert_reports_a_failed_upload_and_keeps_the_folder(tmp_path, monkeypa
     code = main(
         [
             "convert",
-            "--options-file",
-            str(options),
-            "--weight-file",
-            str(weights),
-            "--output-dir",
-            str(tmp_path / "out"),
+            *convert_args(options, weights, tmp_path / "out"),
             "--push-to-hub",
             "someone/elmo",
         ]
@@ -431,12 +422,7 @@ def test_convert_push_without_network_is_one_line(tmp_path):
             "-m",
             "hf_elmo.cli",
             "convert",
-            "--options-file",
-            str(options),
-            "--weight-file",
-            str(weights),
-            "--output-dir",
-            str(tmp_path / "out"),
+            *convert_args(options, weights, tmp_path / "out"),
             "--push-to-hub",
             "someone/elmo",
             "--private",
@@ -462,12 +448,7 @@ def test_convert_output_respects_the_umask_and_names_the_overwrite_flag(tmp_path
             main(
                 [
                     "convert",
-                    "--options-file",
-                    str(options),
-                    "--weight-file",
-                    str(weights),
-                    "--output-dir",
-                    str(tmp_path / "out"),
+                    *convert_args(options, weights, tmp_path / "out"),
                 ]
             )
             == 0
@@ -482,12 +463,7 @@ def test_convert_output_respects_the_umask_and_names_the_overwrite_flag(tmp_path
         main(
             [
                 "convert",
-                "--options-file",
-                str(options),
-                "--weight-file",
-                str(weights),
-                "--output-dir",
-                str(tmp_path / "out"),
+                *convert_args(options, weights, tmp_path / "out"),
             ]
         )
         == 1

@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import random_original_arrays, tiny_config, write_original_checkpoint
+from conftest import convert_args, random_original_arrays, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.conversion import ElmoConversionError, convert, export, load_original, resolve_file
@@ -59,12 +59,7 @@ def test_converted_folder_loads_and_matches(fixture_dir, fixture_model, tmp_path
 def test_scripts_round_trip_the_fixture_bit_exact(fixture_dir, tmp_path):
     converted = run_script(
         "convert_allennlp_elmo.py",
-        "--options-file",
-        fixture_dir / "options.json",
-        "--weight-file",
-        fixture_dir / "lm_weights.hdf5",
-        "--output-dir",
-        tmp_path / "hf",
+        *convert_args(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", tmp_path / "hf"),
     )
     assert converted.returncode == 0, converted.stderr
     exported = run_script("export_allennlp_elmo.py", "--model-dir", tmp_path / "hf", "--output-dir", tmp_path / "tf")
@@ -168,12 +163,7 @@ def test_unreachable_url_gives_a_clear_error(tmp_path):
 def test_script_reports_errors_without_traceback(tmp_path):
     result = run_script(
         "convert_allennlp_elmo.py",
-        "--options-file",
-        tmp_path / "nope.json",
-        "--weight-file",
-        tmp_path / "nope.hdf5",
-        "--output-dir",
-        tmp_path / "out",
+        *convert_args(tmp_path / "nope.json", tmp_path / "nope.hdf5", tmp_path / "out"),
     )
     assert result.returncode == 1
     assert result.stderr.startswith("convert_allennlp_elmo.py: error: no such file")

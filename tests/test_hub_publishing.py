@@ -5,7 +5,7 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import tiny_config, write_original_checkpoint
+from conftest import convert_args, tiny_config, write_original_checkpoint
 from huggingface_hub import HfApi
 
 SCRIPT = Path(__file__).resolve().parents[1] / "conversion" / "convert_allennlp_elmo.py"
@@ -40,12 +40,7 @@ def test_converter_push_to_hub_uploads_a_complete_folder(tmp_path, recorded_hub)
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config(), seed=1)
     code = script.main(
         [
-            "--options-file",
-            str(options),
-            "--weight-file",
-            str(weights),
-            "--output-dir",
-            str(tmp_path / "out"),
+            *convert_args(options, weights, tmp_path / "out"),
             "--push-to-hub",
             "someone/elmo-tiny",
         ]
@@ -76,12 +71,7 @@ def test_converter_without_push_makes_no_hub_call(tmp_path, recorded_hub):
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config(), seed=1)
-    assert (
-        script.main(
-            ["--options-file", str(options), "--weight-file", str(weights), "--output-dir", str(tmp_path / "out")]
-        )
-        == 0
-    )
+    assert script.main(convert_args(options, weights, tmp_path / "out")) == 0
     assert recorded_hub == []
 
 
