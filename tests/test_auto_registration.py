@@ -1,14 +1,10 @@
 """Auto classes: `import hf_elmo` registers ELMo; saved folders carry `auto_map` and the code for remote loading."""
 
 import json
-import os
-import subprocess
-import sys
-import textwrap
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
+from conftest import FLOAT32_TOLERANCE, load_without_hf_elmo, tiny_config, write_original_checkpoint
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoTokenizer
 
 from hf_elmo import (
@@ -21,47 +17,6 @@ from hf_elmo import (
 )
 
 SENTENCES = [["The", "cat", "sat", "."], ["Dogs", "bark", "loudly", "at", "night", "!"]]
-
-# Runs in a fresh interpreter where any import of hf_elmo fails, as on a machine without the package. Loads each
-# (folder, Auto class name) with that Auto class and AutoTokenizer, and saves what it computed.
-REMOTE_LOAD_SCRIPT = textwrap.dedent(
-    """
-    import sys
-
-    class BlockHfElmo:
-        def find_spec(self, name, path=None, target=None):
-            if name == "hf_elmo" or name.startswith("hf_elmo."):
-                raise ImportError(name + " is blocked in this test")
-            return None
-
-    sys.meta_path.insert(0, BlockHfElmo())
-    import json
-    import torch
-    import transformers
-
-    jobs, sentences, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-    results = {}
-    for folder, auto_name in jobs:
-        model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-        batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
-        reference = getattr(transformers, auto_name).from_pretrained(
-            folder, trust_remote_code=True, recurrence_implementation="reference"
-        ).eval()
-        with torch.no_grad():
-            output, reference_output = model(**batch), reference(**batch)
-        results[folder] = {"model_class": type(model).__module__ + "." + type(model).__name__,
-                           "tokenizer_class": type(tokenizer).__module__ + "." + type(tokenizer).__name__,
-                           "input_ids": batch["input_ids"], "output": output[0],
-                           "recurrence_implementation": reference.config.recurrence_implementation,
-                           "reference_output": reference_output[0]}
-    # A pipeline on a saved folder, from the folder's code alone.
-    extractor = transformers.pipeline("feature-extraction", model=jobs[0][0], trust_remote_code=True)
-    results["pipeline"] = torch.tensor(extractor(" ".join(sentences[0])))
-    assert not any(name.startswith("hf_elmo") for name in sys.modules), "hf_elmo was imported"
-    torch.save(results, out)
-    """
-)
 
 
 def tiny_head(cls):
@@ -95,18 +50,7 @@ def remote(tmp_path_factory):
         [str(root / "sequence"), "AutoModelForSequenceClassification"],
         [str(root / "token"), "AutoModelForTokenClassification"],
     ]
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(root / "modules_cache")}
-    env.pop("PYTHONPATH", None)
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE_LOAD_SCRIPT, json.dumps(jobs), json.dumps(SENTENCES), str(root / "out.pt")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=root,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    outputs = torch.load(root / "out.pt")
+    outputs = load_without_hf_elmo(jobs, SENTENCES, root)
     remote = {name: (root / name, models[name], outputs[str(root / name)]) for name in models}
     remote["pipeline"] = outputs["pipeline"]
     return remote

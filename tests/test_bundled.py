@@ -5,13 +5,12 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import h5py
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE
+from conftest import FLOAT32_TOLERANCE, load_without_hf_elmo
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
 
 import hf_elmo
@@ -60,35 +59,6 @@ MODEL_CLASSES = {
     "ko-nsmc-sentiment": (AutoModelForSequenceClassification, ElmoForSequenceClassification),
 }
 
-# Runs in a fresh interpreter where any import of hf_elmo fails, as on a machine without the package: loads each
-# (folder, Auto class name) from the folder's own code and saves the first output for SENTENCES.
-REMOTE_LOAD_SCRIPT = textwrap.dedent(
-    """
-    import json
-    import sys
-
-    class BlockHfElmo:
-        def find_spec(self, name, path=None, target=None):
-            if name.split(".")[0] == "hf_elmo":
-                raise ImportError(name + " is blocked in this test")
-
-    sys.meta_path.insert(0, BlockHfElmo())
-    import torch
-    import transformers
-
-    jobs, sentences, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
-    results = {}
-    for folder, auto_name in jobs:
-        model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
-        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
-        with torch.inference_mode():
-            output = model(**tokenizer(sentences, padding=True, return_tensors="pt"))[0]
-        results[folder] = {"classes": [type(model).__module__, type(tokenizer).__module__], "output": output}
-    assert "hf_elmo" not in sys.modules, "hf_elmo was imported"
-    torch.save(results, out)
-    """
-)
-
 
 def test_bundled_folders_hold_no_code_and_name_none():
     """They load through the classes `import hf_elmo` registers; no `auto_map` points at code files that are absent,
@@ -119,20 +89,11 @@ def test_copy_saved_from_a_bundled_folder_loads_with_remote_code_without_hf_elmo
         with torch.inference_mode():
             expected[str(copy)] = model(**tokenizer(SENTENCES, padding=True, return_tensors="pt"))[0]
         jobs.append([str(copy), auto_class.__name__])
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(tmp_path / "modules_cache")}
-    env.pop("PYTHONPATH", None)
-    result = subprocess.run(
-        [sys.executable, "-c", REMOTE_LOAD_SCRIPT, json.dumps(jobs), json.dumps(SENTENCES), str(tmp_path / "out.pt")],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
-    assert result.returncode == 0, result.stderr[-3000:]
-    loaded = torch.load(tmp_path / "out.pt")
+    loaded = load_without_hf_elmo(jobs, SENTENCES, tmp_path)
     for copy, output in expected.items():
-        assert all(module.startswith("transformers_modules.") for module in loaded[copy]["classes"])
+        assert all(
+            loaded[copy][name].startswith("transformers_modules.") for name in ("model_class", "tokenizer_class")
+        )
         torch.testing.assert_close(loaded[copy]["output"], output, atol=FLOAT32_TOLERANCE, rtol=FLOAT32_TOLERANCE)
 
 
