@@ -180,20 +180,8 @@ def test_killed_run_resumes_to_the_same_output(model_dir, tmp_path, capsys):
 
 def test_write_failure_is_reported_and_resumable(model_dir, tmp_path):
     """A file-size limit makes a part write fail mid-run, as a full disk would."""
-    lines = corpus(200, seed=1)
-    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     output = tmp_path / "out.h5"
-
-    failed = run_cli(
-        "embed",
-        model_dir,
-        tmp_path / "in.txt",
-        output,
-        "--all",
-        "--batch-size",
-        "32",
-        preexec_fn=limit_file_size(60_000),
-    )
+    failed = embed_until_the_disk_fills(model_dir, tmp_path, seed=1)
     assert failed.returncode != 0
     assert "Traceback" not in failed.stderr
     assert "hf-elmo: error: cannot write" in failed.stderr and "--resume" in failed.stderr
@@ -219,24 +207,32 @@ def limit_file_size(limit: int):
     return apply
 
 
-def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
-    return {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in sorted(folder.iterdir())}
+FULL_DISK_LINES = 200
 
 
-def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_path, capsys):
-    lines = corpus(200, seed=4)
-    (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
-    failed = run_cli(
+def embed_until_the_disk_fills(model_dir: Path, folder: Path, seed: int):
+    """`hf-elmo embed --all` of `FULL_DISK_LINES` lines into `folder/out.h5` under a file-size limit that fails a
+    part's write, as a full disk would."""
+    (folder / "in.txt").write_text("\n".join(corpus(FULL_DISK_LINES, seed=seed)) + "\n", encoding="utf-8")
+    return run_cli(
         "embed",
         model_dir,
-        tmp_path / "in.txt",
-        output,
+        folder / "in.txt",
+        folder / "out.h5",
         "--all",
         "--batch-size",
         "32",
         preexec_fn=limit_file_size(60_000),
     )
+
+
+def snapshot(folder: Path) -> dict[str, tuple[int, bytes]]:
+    return {path.name: (path.stat().st_mtime_ns, path.read_bytes()) for path in sorted(folder.iterdir())}
+
+
+def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_path, capsys):
+    output, parts = tmp_path / "out.h5", tmp_path / "out.h5.parts"
+    failed = embed_until_the_disk_fills(model_dir, tmp_path, seed=4)
     assert failed.returncode == 1 and any(part.suffix == ".npz" for part in parts.iterdir()), failed.stderr
     before = snapshot(parts)
 
@@ -264,7 +260,7 @@ def test_resume_refuses_a_run_with_another_input_model_or_option(model_dir, tmp_
         assert snapshot(parts) == before  # left as it was
 
     assert main(["embed", str(model_dir), str(tmp_path / "in.txt"), str(output), "--all", "--resume"]) == 0
-    assert len(read_hdf5(output)) == len(lines) + 1
+    assert len(read_hdf5(output)) == FULL_DISK_LINES + 1  # every line, and sentence_to_index
 
 
 def test_stopped_run_names_its_parts_folder(model_dir, tmp_path):
