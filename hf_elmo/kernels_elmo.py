@@ -160,12 +160,15 @@ def int8_product(kernel: torch.Tensor) -> Product:
 PRODUCTS = {"blas": blas_product, "onednn": onednn_product, "int8": int8_product}
 # Products prepared from each kernel, by library, under the kernel's `id` while it lives (tensors compare by value,
 # so they cannot be weak dictionary keys themselves).
-_prepared: dict[int, tuple[tuple[int, int], dict[str, Product]]] = {}
+_prepared: dict[int, tuple[tuple[int, int, float], dict[str, Product]]] = {}
 
 
 def prepared_product(kernel: torch.Tensor, library: str) -> Product:
     """`PRODUCTS[library]` of `kernel`, prepared once and again only after the kernel is written to or replaced."""
-    identity = (kernel.data_ptr(), kernel._version)
+    # The version counter alone misses writes: fused optimizers (the Trainer's default AdamW) and `.data` update a
+    # tensor in place without bumping it, and a stale prepacked copy would silently keep the old weights. The sum
+    # catches them.
+    identity = (kernel.data_ptr(), kernel._version, kernel.detach().sum(dtype=torch.float64).item())
     cached = _prepared.get(id(kernel))
     if cached is None:
         weakref.finalize(kernel, _prepared.pop, id(kernel), None)

@@ -148,6 +148,40 @@ def test_fast_training_path_gives_the_reference_loss_and_gradients(vocab_tokeniz
     assert_gradients_match(fast_gradients, exact_gradients, **GRADIENT_TOLERANCE)
 
 
+@pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs a torch built with oneDNN")
+def test_fast_training_path_follows_the_trainers_fused_optimizer(vocab_tokenizer):
+    """
+    Several steps of the Trainer's default optimizer (fused AdamW, which writes the weights without bumping their
+    version counter) give the reference path's losses: the recurrence never reads a stale prepacked copy of a kernel.
+    """
+    rng = random.Random(0)
+    batches = [
+        vocab_tokenizer(
+            [[rng.choice(WORDS) for _ in range(rng.randint(1, 9))] for _ in range(6)],
+            is_split_into_words=True,
+            padding=True,
+            return_word_labels=True,
+            return_tensors="pt",
+        )
+        for _ in range(3)
+    ]
+    losses = {}
+    for implementation in ("reference", "auto"):
+        model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).train()
+        model.config.recurrence_implementation = implementation
+        model.config.cpu_matmul = "onednn"  # the prepacked copies, whatever this machine would choose
+        optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
+        losses[implementation] = []
+        for step, batch in enumerate(batches):
+            torch.manual_seed(step)  # the same sampled negatives
+            loss = model(**batch).loss
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            losses[implementation].append(loss.item())
+    assert losses["auto"] == pytest.approx(losses["reference"], abs=FLOAT32_TOLERANCE)
+
+
 def test_forward_lm_never_sees_the_word_it_predicts(vocab_tokenizer):
     model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).eval()
     words = ["w0", "w3", "w6", "w9", "w12"]
