@@ -9,7 +9,7 @@ from .crf_elmo import LABEL_SCHEMES
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
 RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
-# The matrix products of the fast CPU recurrence (see `kernels_elmo.step_product`): "auto" measures which float32
+# The matrix products of the fast CPU recurrence (see `kernels_elmo.step_products`): "auto" measures which float32
 # library is fastest on this machine for each shape, once; "int8" is the opt-in reduced-precision mode.
 CPU_MATMULS = ("auto", "blas", "onednn", "int8")
 # How this machine computes the model, not what the model is: never written to config.json (see `ElmoConfig`).

@@ -7,7 +7,7 @@ on every call and runs it on itself, inside its own `forward`: what hooks do aro
 
 - inference (nothing needs gradients): the recurrence in place without autograd ([`lstm_layer_in_place`]), its
   matrix products on CPU from the library `config.cpu_matmul` names or this machine measured fastest
-  ([`step_product`]), and the character convolutions as matrix products ([`max_pooled_by_matmul`]);
+  ([`step_products`]), and the character convolutions as matrix products ([`max_pooled_by_matmul`]);
 - training the biLM: the reference recurrence's results from [`ElmoLstmLayerFunction`], whose backward through time
   is written by hand;
 - `config.recurrence_implementation == "reference"`, autocast (which picks each operation's dtype), `torch.compile`
@@ -23,7 +23,7 @@ import tempfile
 import time
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -163,21 +163,26 @@ PRODUCTS = {"blas": blas_product, "onednn": onednn_product, "int8": int8_product
 _prepared: dict[int, tuple[tuple[int, int, float], dict[str, Product]]] = {}
 
 
-def prepared_product(kernel: torch.Tensor, library: str) -> Product:
-    """`PRODUCTS[library]` of `kernel`, prepared once and again only after the kernel is written to or replaced."""
+def prepared_products(kernel: torch.Tensor, libraries: set[str]) -> dict[str, Product]:
+    """
+    `PRODUCTS[library]` of `kernel` for each of `libraries`. Copies (prepacked, quantised) are made once and again
+    only after the kernel is written to or replaced; torch's own product reads the kernel itself.
+    """
+    if libraries == {"blas"}:
+        return {"blas": blas_product(kernel.detach())}
     # The version counter alone misses writes: fused optimizers (the Trainer's default AdamW) and `.data` update a
-    # tensor in place without bumping it, and a stale prepacked copy would silently keep the old weights. The sum
-    # catches them.
-    identity = (kernel.data_ptr(), kernel._version, kernel.detach().sum(dtype=torch.float64).item())
+    # tensor in place without bumping it, and a stale copy would silently keep the old weights. The sum catches them;
+    # it reads the kernel once per call, where every step of the recurrence reads it again.
+    identity = (kernel.data_ptr(), kernel._version, kernel.detach().sum().item())
     cached = _prepared.get(id(kernel))
     if cached is None:
         weakref.finalize(kernel, _prepared.pop, id(kernel), None)
     if cached is None or cached[0] != identity:
         cached = _prepared[id(kernel)] = (identity, {})
     products = cached[1]
-    if library not in products:
+    for library in libraries - products.keys():
         products[library] = PRODUCTS[library](kernel.detach())
-    return products[library]
+    return products
 
 
 def row_bucket(rows: int) -> int:
@@ -255,17 +260,26 @@ def fastest_float32_library(in_dim: int, out_dim: int, rows: int) -> str:
     return _choices[key]
 
 
-def step_product(module: nn.Module, kernel: torch.Tensor, rows: int, quantizable: bool = True) -> Product:
+def step_products(
+    module: nn.Module, kernel: torch.Tensor, row_counts: Iterable[int], quantizable: bool = True
+) -> dict[int, Product]:
     """
-    The product `(rows, in) @ kernel` of the fast recurrence of `module`, by the library its `config.cpu_matmul`
-    names ("auto": the float32 library measured fastest here for that shape). Off the CPU, or for kernels in
-    another precision than float32, torch's own (`"blas"`): the choices are CPU float32 libraries.
+    For each of `row_counts`, the product `(rows, in) @ kernel` of the fast recurrence of `module`, by the library its
+    `config.cpu_matmul` names ("auto": the float32 library measured fastest here for that shape). Off the CPU, or for
+    kernels in another precision than float32, torch's own (`"blas"`): the choices are CPU float32 libraries.
 
     "int8" quantises only `quantizable` products: inference's recurrent and projection products, whose weights are
     streamed again at every step. The input products, one per chunk of steps, stay float32: they are a small share of
     the time where int8 pays (small batches), and most of its error (the inputs of a whole chunk share one scale).
     Training's products are never quantised: int8 is an inference mode.
     """
+    libraries = {rows: step_library(module, kernel, rows, quantizable) for rows in row_counts}
+    products = prepared_products(kernel, set(libraries.values()))
+    return {rows: products[library] for rows, library in libraries.items()}
+
+
+def step_library(module: nn.Module, kernel: torch.Tensor, rows: int, quantizable: bool) -> str:
+    """The library of [`step_products`] for `rows` rows."""
     choice = module.config.cpu_matmul
     if kernel.device.type != "cpu" or kernel.dtype != torch.float32:
         if choice in ("onednn", "int8"):
@@ -273,12 +287,12 @@ def step_product(module: nn.Module, kernel: torch.Tensor, rows: int, quantizable
                 f"cpu_matmul={choice!r} runs float32 kernels on the CPU; this model's are "
                 f"{kernel.dtype} on {kernel.device.type}: set cpu_matmul='auto'"
             )
-        return blas_product(kernel)
+        return "blas"
     if choice == "onednn" and not torch.backends.mkldnn.is_available():
         raise ValueError("cpu_matmul='onednn' needs a torch built with oneDNN (mkldnn); set cpu_matmul='auto'")
     if choice == "auto" or (choice == "int8" and not quantizable):
-        return prepared_product(kernel, fastest_float32_library(*kernel.shape, row_bucket(rows)))
-    return prepared_product(kernel, choice)
+        return fastest_float32_library(*kernel.shape, row_bucket(rows))
+    return choice
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -373,7 +387,9 @@ def lstm_layer_in_place(
         # gates to every position holding it.
         distinct, positions = torch.unique(packed_inputs, dim=0, return_inverse=True)
         distinct_gates = distinct.new_empty(len(distinct), 4 * cell)
-        step_product(module, module.input_kernel, len(distinct), False)(distinct, distinct_gates, False)
+        step_products(module, module.input_kernel, [len(distinct)], False)[len(distinct)](
+            distinct, distinct_gates, False
+        )
 
     hidden, memory = hidden[order], memory[order]  # indexing copies: the arguments stay untouched
     packed_outputs = inputs.new_empty(step_starts[-1], hidden.shape[-1])
@@ -385,14 +401,14 @@ def lstm_layer_in_place(
     # Added to each step's gates while they are in cache rather than in a pass over all input gates.
     gate_bias = module.bias.clone()
     gate_bias[cell : 2 * cell] += module.config.forget_bias
-    # Each step's two products, by row count (rows fall as sentences end), looked up once per call.
-    step_products = {
-        rows: (
-            step_product(module, module.recurrent_kernel, rows),
-            step_product(module, projection_kernel, rows) if projection_kernel is not None else None,
-        )
-        for rows in set(running)
-    }
+    # Each step's two products by row count (rows fall as sentences end), and each chunk's input product by its rows,
+    # looked up once per call.
+    recurrent_products = step_products(module, module.recurrent_kernel, set(running))
+    if projection_kernel is not None:
+        projection_products = step_products(module, projection_kernel, set(running))
+    if not module.reads_word_vectors:
+        chunk_rows = {step_starts[end] - step_starts[first] for first, end in chunks}
+        input_products = step_products(module, module.input_kernel, chunk_rows, False)
     for first_step, end_step in chunks:
         chunk = slice(step_starts[first_step], step_starts[end_step])
         chunk_gates = chunk_buffer[: chunk.stop - chunk.start]
@@ -400,12 +416,11 @@ def lstm_layer_in_place(
             torch.index_select(distinct_gates, 0, positions[chunk], out=chunk_gates)
         else:
             chunk_inputs = packed_inputs[chunk]
-            step_product(module, module.input_kernel, len(chunk_inputs), False)(chunk_inputs, chunk_gates, False)
+            input_products[len(chunk_inputs)](chunk_inputs, chunk_gates, False)
         for step in range(first_step, end_step):
             rows, start = running[step], step_starts[step] - chunk.start
-            recurrent_product, projection_product = step_products[rows]
             step_gates = chunk_gates[start : start + rows]  # overwritten in place: each is read once
-            recurrent_product(hidden[:rows], step_gates, True)
+            recurrent_products[rows](hidden[:rows], step_gates, True)
             step_gates.add_(gate_bias)
             in_gate, forget_gate, cell_input, out_gate = step_gates.split(cell, dim=-1)
             step_gates[:, : 2 * cell].sigmoid_()
@@ -417,7 +432,7 @@ def lstm_layer_in_place(
             step_hidden = hidden[:rows]
             if projection_kernel is not None:
                 torch.tanh(step_memory, out=cell_output[:rows]).mul_(out_gate)
-                projection_product(cell_output[:rows], step_hidden, False)
+                projection_products[rows](cell_output[:rows], step_hidden, False)
             else:
                 torch.tanh(step_memory, out=step_hidden).mul_(out_gate)
             if proj_clip is not None:
@@ -433,11 +448,11 @@ def lstm_layer_with_handwritten_backward(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The results of the reference recurrence of `module` (an `ElmoLstmLayer`) from [`ElmoLstmLayerFunction`]."""
 
-    def float32_product(kernel: torch.Tensor, rows: int) -> Product:
-        return step_product(module, kernel, rows, quantizable=False)
+    def float32_products(kernel: torch.Tensor, row_counts: Iterable[int]) -> dict[int, Product]:
+        return step_products(module, kernel, row_counts, quantizable=False)
 
     return ElmoLstmLayerFunction.apply(
-        float32_product,
+        float32_products,
         inputs,
         mask,
         hidden,
@@ -485,7 +500,7 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
     @staticmethod
     def forward(
         ctx,
-        product: Callable[[torch.Tensor, int], Product],
+        products: Callable[[torch.Tensor, Iterable[int]], dict[int, Product]],
         inputs: torch.Tensor,
         mask: torch.Tensor,
         hidden: torch.Tensor,
@@ -499,9 +514,10 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         forget_bias: float,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """
-        `product(kernel, rows)` gives the function multiplying `(rows, in) @ kernel` ([`step_product`]); then the
-        arguments as `ElmoLstmLayer.forward` takes them, the layer's parameters, clips and forget bias. Returns the
-        outputs `(batch, steps, output_dim)`, zero at invalid steps, and the final `hidden` and `memory`.
+        `products(kernel, row_counts)` gives, for each row count, the function multiplying `(rows, in) @ kernel`
+        ([`step_products`]); then the arguments as `ElmoLstmLayer.forward` takes them, the layer's parameters, clips
+        and forget bias. Returns the outputs `(batch, steps, output_dim)`, zero at invalid steps, and the final
+        `hidden` and `memory`.
         """
         layout = PackedSteps.of(mask)
         cell = memory.shape[-1]
@@ -520,9 +536,9 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         memory_tanh = inputs.new_empty(positions, cell)
         cell_outputs = inputs.new_empty(positions, cell) if projection_kernel is not None else unclipped_hidden
         # Each step's products, by row count (rows fall as sentences end), looked up once per call.
-        recurrent_products = {rows: product(recurrent_kernel, rows) for rows in set(layout.running)}
+        recurrent_products = products(recurrent_kernel, set(layout.running))
         if projection_kernel is not None:
-            projection_products = {rows: product(projection_kernel, rows) for rows in set(layout.running)}
+            projection_products = products(projection_kernel, set(layout.running))
         previous_hidden, previous_memory = initial_hidden, initial_memory
         for step, rows in enumerate(layout.running):
             here = slice(layout.starts[step], layout.starts[step] + rows)
@@ -548,7 +564,7 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         last = layout.last_rows()
         final_hidden[: len(last)], final_memory[: len(last)] = packed_hidden[last], packed_memory[last]
         restore = torch.argsort(layout.order)
-        ctx.layout, ctx.product, ctx.clips = layout, product, (cell_clip, proj_clip)
+        ctx.layout, ctx.products, ctx.clips = layout, products, (cell_clip, proj_clip)
         ctx.save_for_backward(
             packed_inputs,
             input_kernel,
@@ -576,10 +592,10 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         first_rows = layout.running[0] if layout.running else 0
         # The backward's products multiply by the transposed kernels, copied once so that each is contiguous.
         recurrent_transposed = saved.recurrent_kernel.t().contiguous()
-        recurrent_products = {rows: ctx.product(recurrent_transposed, rows) for rows in set(layout.running)}
+        recurrent_products = ctx.products(recurrent_transposed, set(layout.running))
         if saved.projection_kernel is not None:
             projection_transposed = saved.projection_kernel.t().contiguous()
-            projection_products = {rows: ctx.product(projection_transposed, rows) for rows in set(layout.running)}
+            projection_products = ctx.products(projection_transposed, set(layout.running))
             cell_output_grads = saved.gates.new_empty(first_rows, cell)
         # The gradient of each position's output, to which the next step's adds its state's; after the loop, the
         # gradient of the projection's output (for its kernel's gradient in one product).

@@ -314,7 +314,7 @@ def test_handwritten_backward_passes_gradcheck(projected):
     def layer_function(inputs, hidden, memory, *parameters):
         projection_kernel = parameters[3] if projected else None
         return ElmoLstmLayerFunction.apply(
-            lambda kernel, rows: blas_product(kernel),
+            lambda kernel, row_counts: dict.fromkeys(row_counts, blas_product(kernel)),
             inputs,
             mask,
             hidden,
@@ -466,7 +466,7 @@ def test_recurrence_implementation_is_chosen_at_from_pretrained(tmp_path, tiny_m
 
 def test_machine_settings_are_chosen_at_from_pretrained_and_not_saved(tmp_path):
     """The model's saved folder carries neither setting; `from_pretrained` chooses them for the config that `dispatch`
-    and `step_product` read."""
+    and `step_products` read."""
     ElmoModel(tiny_config(recurrence_implementation="reference", cpu_matmul="int8")).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert "recurrence_implementation" not in saved and "cpu_matmul" not in saved
