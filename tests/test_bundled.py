@@ -114,7 +114,12 @@ def test_bundle_script_rebuilds_the_shipped_folder(name, tmp_path, monkeypatch):
     assert sorted(f.name for f in rebuilt.iterdir()) == sorted(f.name for f in shipped.iterdir())
     for file in shipped.iterdir():
         if file.suffix == ".json":
-            assert json.loads((rebuilt / file.name).read_text()) == json.loads(file.read_text()), file.name
+            # `transformers_version` records the installed transformers that wrote the file, not the model.
+            rebuilt_json, shipped_json = (json.loads(f.read_text()) for f in (rebuilt / file.name, file))
+            for saved in (rebuilt_json, shipped_json):
+                if isinstance(saved, dict):
+                    saved.pop("transformers_version", None)
+            assert rebuilt_json == shipped_json, file.name
         else:
             assert (rebuilt / file.name).read_bytes() == file.read_bytes(), file.name
 
