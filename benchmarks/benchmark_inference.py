@@ -199,14 +199,19 @@ def parse_batches(text: str) -> list[tuple[int, int]]:
         raise argparse.ArgumentTypeError(f"expected SIZE:SENTENCES[,...], got {text!r}") from error
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def add_batches_argument(parser: argparse.ArgumentParser) -> None:
+    """`--batches SIZE:SENTENCES,...`, the runs of both inference benchmarks."""
     parser.add_argument(
         "--batches",
         type=parse_batches,
         default=parse_batches("1:8,32:96"),
         help="batch sizes and the sentences each runs, SIZE:SENTENCES,... (default 1:8,32:96)",
     )
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_batches_argument(parser)
     parser.add_argument("--device", default="cpu", help="torch device (default cpu)")
     parser.add_argument("--dtype", choices=sorted(DTYPES), default="fp32", help="hf_elmo's precision (default fp32)")
     parser.add_argument("--no-allennlp", action="store_true", help="leave AllenNLP out even where it is importable")

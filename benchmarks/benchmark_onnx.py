@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 import torch
-from benchmark_inference import max_diff, measure, min_cosine, parse_batches
+from benchmark_inference import add_batches_argument, max_diff, measure, min_cosine
 from common import make_sentences, write_random_original_checkpoint
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
@@ -52,12 +52,7 @@ def onnx_path(session: ElmoOnnxSession, tokenizer):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument(
-        "--batches",
-        type=parse_batches,
-        default=parse_batches("1:8,32:96"),
-        help="batch sizes and the sentences each runs, SIZE:SENTENCES,... (default 1:8,32:96)",
-    )
+    add_batches_argument(parser)
     parser.add_argument("--threads", type=int, default=None, help="threads of both runtimes (default: torch's choice)")
     parser.add_argument("--int8", action="store_true", help="also run the graph quantised to int8 by ONNX Runtime")
     parser.add_argument("--checkpoint-dir", type=Path, default=Path(tempfile.gettempdir()) / "hf_elmo_bench_ckpt")

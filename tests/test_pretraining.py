@@ -75,6 +75,12 @@ def vocab_tokenizer(tmp_path) -> ElmoTokenizer:
     return ElmoTokenizer(max_characters_per_token=20, vocab_file=str(vocab_file))
 
 
+def uneven_batch(tokenizer: ElmoTokenizer, rng: random.Random, rows: int):
+    """`rows` sentences of 1 to 9 random words, padded, with word labels."""
+    sentences = [[rng.choice(WORDS) for _ in range(rng.randint(1, 9))] for _ in range(rows)]
+    return tokenizer(sentences, is_split_into_words=True, padding=True, return_word_labels=True, return_tensors="pt")
+
+
 def tiny_pretraining_model(vocab_size: int, n_negative_samples: int = 8, seed: int = 0) -> ElmoForPreTraining:
     torch.manual_seed(seed)
     return ElmoForPreTraining(tiny_config(word_vocab_size=vocab_size, n_negative_samples=n_negative_samples))
@@ -122,11 +128,7 @@ def test_fast_training_path_gives_the_reference_loss_and_gradients(vocab_tokeniz
     reference code, with the same negatives. (The recurrence alone is also checked in float64 in test_kernels_elmo.)
     """
     model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).train().to(device)
-    rng = random.Random(0)
-    sentences = [[rng.choice(WORDS) for _ in range(rng.randint(1, 9))] for _ in range(7)]
-    batch = vocab_tokenizer(
-        sentences, is_split_into_words=True, padding=True, return_word_labels=True, return_tensors="pt"
-    ).to(device)
+    batch = uneven_batch(vocab_tokenizer, random.Random(0), 7).to(device)
     fast_calls = []
     handwritten = ElmoLstmLayer.implementations["training"]
     monkeypatch.setitem(
@@ -155,16 +157,7 @@ def test_fast_training_path_follows_the_trainers_fused_optimizer(vocab_tokenizer
     version counter) give the reference path's losses: the recurrence never reads a stale prepacked copy of a kernel.
     """
     rng = random.Random(0)
-    batches = [
-        vocab_tokenizer(
-            [[rng.choice(WORDS) for _ in range(rng.randint(1, 9))] for _ in range(6)],
-            is_split_into_words=True,
-            padding=True,
-            return_word_labels=True,
-            return_tensors="pt",
-        )
-        for _ in range(3)
-    ]
+    batches = [uneven_batch(vocab_tokenizer, rng, 6) for _ in range(3)]
     losses = {}
     for implementation in ("reference", "auto"):
         model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).train()
