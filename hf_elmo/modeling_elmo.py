@@ -17,7 +17,9 @@ from .kernels_elmo import (
     distinct_rows,
     lstm_layer_in_place,
     lstm_layer_with_handwritten_backward,
+    lstm_layers_with_handwritten_backward,
     max_pooled_by_matmul,
+    trains_directions_together,
 )
 from .sentence_transformers_folder import write_sentence_transformers_files
 
@@ -269,15 +271,19 @@ class ElmoBiLm(nn.Module):
         Layer `index` of both stacks, each on its input in its reading order, from the state `hidden`, `memory`
         `(2, batch, dim)`. Returns `(forward_output, backward_output)` (skip connection added) and the final state.
         """
-        directions = []
-        layers = (self.forward_layers[index], self.backward_layers[index])
-        for direction, (layer, inputs) in enumerate(zip(layers, (forward_input, backward_input))):
+        layers, inputs = (self.forward_layers[index], self.backward_layers[index]), (forward_input, backward_input)
+        if trains_directions_together(layers, *inputs, hidden, memory):
+            results = lstm_layers_with_handwritten_backward(layers, inputs, mask, hidden, memory)
+        else:
             # Under a `device_map` each layer runs and returns on its own device; the stacks go on from the mask's.
-            output, layer_hidden, layer_memory = (
-                result.to(mask.device) for result in layer(inputs, mask, hidden[direction], memory[direction])
-            )
+            results = [
+                [result.to(mask.device) for result in layer(*arguments)]
+                for layer, *arguments in zip(layers, inputs, (mask, mask), hidden, memory)
+            ]
+        directions = []
+        for (output, layer_hidden, layer_memory), layer_inputs in zip(results, inputs):
             if self.use_skip_connections and index > 0:
-                output = output + inputs
+                output = output + layer_inputs
             directions.append((output, layer_hidden, layer_memory))
         (forward_output, forward_h, forward_c), (backward_output, backward_h, backward_c) = directions
         final_hidden, final_memory = torch.stack([forward_h, backward_h]), torch.stack([forward_c, backward_c])
@@ -1014,8 +1020,11 @@ class ElmoWordSoftmax(nn.Linear):
     ) -> torch.Tensor | tuple[torch.Tensor, torch.Tensor]:
         if targets is None:
             return super().forward(states)
-        target_logits = (states * self.weight[targets]).sum(-1) + self.bias[targets]
-        return target_logits, F.linear(states, self.weight[candidates], self.bias[candidates])
+        # One lookup of all the rows used: its gradient is one dense `(vocab, dim)` tensor, not one per lookup.
+        rows = torch.cat([targets, candidates])
+        target_weights, candidate_weights = F.embedding(rows, self.weight).split([len(targets), len(candidates)])
+        target_biases, candidate_biases = self.bias[rows].split([len(targets), len(candidates)])
+        return (states * target_weights).sum(-1) + target_biases, F.linear(states, candidate_weights, candidate_biases)
 
 
 def log_expected_counts(ids: torch.Tensor, vocab_size: int, num_sampled: int) -> torch.Tensor:

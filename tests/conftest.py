@@ -1,5 +1,6 @@
 """Shared fixtures: the original test checkpoint in ../shared, tiny random models, original-layout files."""
 
+import contextlib
 import json
 import os
 import subprocess
@@ -21,6 +22,17 @@ FLOAT32_TOLERANCE = 1e-5
 # ../shared beside the project; HF_ELMO_SHARED points elsewhere (a missing folder shows how the suite runs without it).
 SHARED_DIR = Path(os.environ.get("HF_ELMO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
 FIXTURE_DIR = SHARED_DIR / "fixtures" / "allennlp-elmo"
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """torch's intra-op threads set to `count` inside the block, and set back after it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -6,10 +6,19 @@ the libraries of the fast recurrence's products (`config.cpu_matmul`), with the 
 """
 
 import json
+import threading
+import time
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, min_cosine, tiny_config
+from conftest import (
+    FLOAT32_TOLERANCE,
+    GRADIENT_TOLERANCE,
+    assert_gradients_match,
+    min_cosine,
+    tiny_config,
+    torch_threads,
+)
 
 from hf_elmo import ElmoModel, kernels_elmo
 from hf_elmo.kernels_elmo import (
@@ -314,22 +323,114 @@ def test_handwritten_backward_passes_gradcheck(projected):
     def layer_function(inputs, hidden, memory, *parameters):
         projection_kernel = parameters[3] if projected else None
         return ElmoLstmLayerFunction.apply(
-            lambda kernel, row_counts: dict.fromkeys(row_counts, blas_product(kernel)),
-            inputs,
+            [lambda kernel, row_counts: dict.fromkeys(row_counts, blas_product(kernel))],
+            [(layer.cell_clip, layer.proj_clip, config.forget_bias)],
             mask,
+            inputs,
             hidden,
             memory,
             *parameters[:3],
             projection_kernel,
-            layer.cell_clip,
-            layer.proj_clip,
-            config.forget_bias,
         )
 
     outputs, _, final_memory = layer_function(inputs, hidden, memory, *parameters)
     assert (final_memory.abs() == config.cell_clip).any()
     assert (outputs.abs() == config.proj_clip).any() == projected  # an unprojected layer is not clipped
     assert torch.autograd.gradcheck(layer_function, (inputs, hidden, memory, *parameters))
+
+
+def test_both_directions_at_once_pass_gradcheck():
+    """The two directions of one call, in float64 on two threads: each on its own worker thread, in both passes."""
+    config = tiny_config(projection_dim=3, cell_dim=4, cell_clip=1.0, proj_clip=0.5)
+    layers = [ElmoLstmLayer(config).double() for _ in range(2)]
+    generator = torch.Generator().manual_seed(0)
+    mask = torch.arange(5) < torch.tensor([5, 1, 3])[:, None]
+    leaves = []
+    for layer in layers:
+        leaves += [torch.randn(3, 5, 3, generator=generator, dtype=torch.float64)]
+        leaves += [torch.randn(3, 3, generator=generator, dtype=torch.float64)]
+        leaves += [torch.randn(3, 4, generator=generator, dtype=torch.float64)]
+        leaves += [torch.randn(p.shape, generator=generator, dtype=torch.float64) for p in layer.parameters()]
+    leaves = [leaf.requires_grad_() for leaf in leaves]
+    workers = []
+
+    def two_directions(*leaves):
+        return ElmoLstmLayerFunction.apply(
+            [lambda kernel, row_counts: dict.fromkeys(row_counts, blas_product(kernel))] * 2,
+            [(config.cell_clip, config.proj_clip, config.forget_bias)] * 2,
+            mask,
+            *leaves,
+        )
+
+    def spy(task, threads):
+        workers.append(threading.current_thread().name)
+        return run_on_threads(task, threads)
+
+    run_on_threads = kernels_elmo._run_on_threads
+    with pytest.MonkeyPatch.context() as patch, torch_threads(2):
+        patch.setattr(kernels_elmo, "_run_on_threads", spy)
+        assert torch.autograd.gradcheck(two_directions, tuple(leaves))
+        assert torch.get_num_threads() == 2
+    assert workers and all(name.startswith("hf_elmo-direction") for name in workers)
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_directions_trained_together_match_each_layer_trained_alone(threads, monkeypatch):
+    """
+    `ElmoBiLm` trains each layer's two directions through one call (at once on two threads); the results and
+    gradients are those of each layer's own call, and torch's thread count is what it was.
+    """
+    config = tiny_config(cell_clip=1.0, proj_clip=0.5)
+    bilm = bilm_with_weights_of_scale(config, 0.5)
+    leaves = bilm_leaves(config, [9, 4, 1, 9, 2], "random")
+    results = {}
+    with torch_threads(threads):
+        for together in (True, False):
+            if not together:
+                monkeypatch.setattr("hf_elmo.modeling_elmo.trains_directions_together", lambda *args: False)
+            results[together] = bilm_results_and_gradients(bilm, *leaves, True, monkeypatch)
+            assert torch.get_num_threads() == threads
+    (together, together_gradients), (alone, alone_gradients) = results[True], results[False]
+    for result, expected in zip(together, alone, strict=True):
+        assert_close(result, expected)
+    assert_gradients_match(together_gradients, alone_gradients, **GRADIENT_TOLERANCE)
+
+
+def test_run_directions_finishes_both_before_it_raises():
+    """A direction that fails does not leave the other running behind the caller's back."""
+    finished = threading.Event()
+
+    def fails():
+        raise ValueError("direction failed")
+
+    def slow():
+        time.sleep(0.2)
+        finished.set()
+        return "done"
+
+    with torch_threads(2), pytest.raises(ValueError, match="direction failed"):
+        kernels_elmo.run_directions([fails, slow], torch.device("cpu"))
+    assert finished.is_set()
+    with torch_threads(2):
+        assert kernels_elmo.run_directions([lambda: 1, lambda: 2], torch.device("cpu")) == [1, 2]
+
+
+def test_a_layer_with_a_forward_hook_trains_through_its_own_call(monkeypatch):
+    """Hooks on a layer (and accelerate's, which wrap `forward`) see its call: such a layer is not trained together."""
+    config = tiny_config()
+    bilm = bilm_with_weights_of_scale(config, 0.5)
+    leaves = bilm_leaves(config, [5, 3], "zeros")
+    seen = []
+    bilm.backward_layers[1].register_forward_hook(lambda module, args, output: seen.append(output[0].shape))
+    layers, _, _ = bilm(*leaves[1:2], leaves[0], *leaves[2:])
+    layers[-1].sum().backward()
+    assert seen == [(2, 5, config.projection_dim)]
+    assert kernels_elmo.trains_directions_together(bilm_layers(bilm, 0), leaves[1])
+    assert not kernels_elmo.trains_directions_together(bilm_layers(bilm, 1), leaves[1])
+
+
+def bilm_layers(bilm, index):
+    return bilm.forward_layers[index], bilm.backward_layers[index]
 
 
 @pytest.mark.parametrize("clip", ["cell_clip", "proj_clip"])
@@ -402,18 +503,24 @@ def test_handwritten_backward_through_the_whole_model(frozen, monkeypatch):
 
 def test_dispatch_follows_the_config_autograd_and_autocast(monkeypatch):
     """
-    Training the biLM takes the hand-written backward (autograd through the reference loop when the config asks for
-    the reference) and `nn.Conv1d`; a frozen biLM or inference takes the in-place kernels; autocast the reference.
+    Training the biLM takes the hand-written backward, both directions of a layer in one call (autograd through the
+    reference loop when the config asks for the reference) and `nn.Conv1d`; a frozen biLM or inference takes the
+    in-place kernels; autocast the reference.
     """
     calls = []
-    dispatch = kernels_elmo.dispatch
+    dispatch, train_together = kernels_elmo.dispatch, kernels_elmo.lstm_layers_with_handwritten_backward
 
     def spy(*args):
         chosen = dispatch(*args)
         calls.append(chosen.__name__)
         return chosen
 
+    def spy_together(*args):
+        calls.append("lstm_layers_with_handwritten_backward")
+        return train_together(*args)
+
     monkeypatch.setattr("hf_elmo.modeling_elmo.dispatch", spy)
+    monkeypatch.setattr("hf_elmo.modeling_elmo.lstm_layers_with_handwritten_backward", spy_together)
     torch.manual_seed(0)
     config = tiny_config()
     model = ElmoModel(config)
@@ -422,7 +529,7 @@ def test_dispatch_follows_the_config_autograd_and_autocast(monkeypatch):
     inference = ["max_pooled_by_matmul"] * convolutions + ["lstm_layer_in_place"] * lstm_layers
 
     model(input_ids, attention_mask=mask).last_hidden_state.sum().backward()
-    assert calls == ["conv_max_pooled"] * convolutions + ["lstm_layer_with_handwritten_backward"] * lstm_layers
+    assert calls == ["conv_max_pooled"] * convolutions + ["lstm_layers_with_handwritten_backward"] * config.n_layers
     assert model.bilm.forward_layers[0].recurrent_kernel.grad is not None
 
     calls.clear()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config
+from conftest import tiny_config, torch_threads
 from trainer_data import ENTITY_LABELS, entity_dataset, sentence_dataset
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 
@@ -22,10 +22,8 @@ TESTS_DIR = Path(__file__).resolve().parent
 @pytest.fixture(autouse=True)
 def single_thread():
     """Tiny models train much faster on one thread: with two, small ops lose most of their time to contention."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+    with torch_threads(1):
+        yield
 
 
 @pytest.fixture
