@@ -398,10 +398,12 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
 
 def pretrain_command(argv: list[str]) -> int:
     try:
+        from .pretraining import keep_freed_memory
         from .pretraining import main as pretrain
     except ImportError as error:  # its module imports the Trainer
         raise CliError('pre-training needs the training extra: pip install "hf_elmo[training]"', code=2) from error
 
+    keep_freed_memory()
     try:
         metrics = pretrain(argv)
     except (ValueError, ImportError) as error:

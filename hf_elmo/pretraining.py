@@ -12,14 +12,16 @@ The command line is parsed by `HfArgumentParser` over the dataclasses below and 
 also spelled with dashes; `--help` lists them with their defaults.
 """
 
+import ctypes
 import math
 import os
+import platform
 import shlex
 import shutil
 import sys
 import tempfile
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +38,11 @@ from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, PRE_TOKENIZERS, UNK_TOKEN, 
 
 # `build_word_vocab` puts <S>, </S> and <UNK> first.
 UNK_ID = 2
+# Sampled-softmax candidates per batch in bilm-tf.
+NEGATIVE_SAMPLES = 8192
+# The options of a new model's vocabulary and shapes (a model trained further keeps its own).
+VOCABULARY_AND_SHAPE_OPTIONS = {"pre_tokenizer", "min_count", "max_vocab_size", "char_vocab", "preset"}
+VOCABULARY_AND_SHAPE_OPTIONS |= {"projection_dim", "cell_dim", "n_layers", "n_highway", "max_characters_per_token"}
 
 # Model shapes by preset; `original` is the released 2x4096_512_2048cnn_2xhighway model (the ElmoConfig defaults).
 PRESETS = {
@@ -214,17 +221,27 @@ class DataArguments:
 
 @dataclass
 class ModelArguments:
-    """The model's shapes: a preset, each overridable."""
+    """The model to train: a new one, of a preset's shapes (each overridable), or one to train further."""
 
+    model_name_or_path: str | None = field(
+        default=None,
+        metadata={
+            "help": "train further the ElmoForPreTraining folder (or Hub name) given, with its tokenizer, vocabulary "
+            "and shapes, instead of a new model"
+        },
+    )
     preset: str = field(default="small", metadata={"choices": sorted(PRESETS), "help": "model shapes"})
     projection_dim: int | None = field(default=None, metadata={"help": "overrides the preset"})
     cell_dim: int | None = field(default=None, metadata={"help": "overrides the preset"})
     n_layers: int | None = field(default=None, metadata={"help": "overrides the preset"})
     n_highway: int | None = field(default=None, metadata={"help": "overrides the preset"})
     max_characters_per_token: int = field(default=50, metadata={"help": "characters per word, boundaries included"})
-    n_negative_samples: int = field(
-        default=8192,
-        metadata={"help": "sampled-softmax candidates per batch (bilm-tf: 8192), at most the vocabulary size"},
+    n_negative_samples: int | None = field(
+        default=None,
+        metadata={
+            "help": "sampled-softmax candidates per batch, at most the vocabulary size (default: those of "
+            f"--model-name-or-path, else bilm-tf's {NEGATIVE_SAMPLES:,})"
+        },
     )
 
 
@@ -292,10 +309,19 @@ def model_config(model_args: ModelArguments, tokenizer: ElmoTokenizer) -> ElmoCo
     return ElmoConfig(
         max_characters_per_token=model_args.max_characters_per_token,
         word_vocab_size=word_vocab_size,
-        n_negative_samples=min(model_args.n_negative_samples, word_vocab_size),
+        n_negative_samples=min(model_args.n_negative_samples or NEGATIVE_SAMPLES, word_vocab_size),
         **tokenizer.alphabet.config_fields(),
         **options,
     )
+
+
+def check_nothing_overrides_the_model(data_args: DataArguments, model_args: ModelArguments) -> None:
+    """With `--model-name-or-path` the shapes and vocabulary are the model's: an option that sets them is an error."""
+    for arguments in (data_args, model_args):
+        for option in fields(arguments):
+            if option.name in VOCABULARY_AND_SHAPE_OPTIONS and getattr(arguments, option.name) != option.default:
+                flag = "--" + option.name.replace("_", "-")
+                raise ValueError(f"{flag} shapes a new model; with --model-name-or-path the model's own are kept")
 
 
 def save_tokenizer(data_args: DataArguments, model_args: ModelArguments, output_dir: Path) -> None:
@@ -333,17 +359,28 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > training_args.world_size:  # each process would train alone, all writing the same folder
         raise ValueError(f"{launched} processes were launched but they do not train together; on CPU pass --use_cpu")
+    if model_args.model_name_or_path is not None:
+        check_nothing_overrides_the_model(data_args, model_args)
     output_dir = Path(training_args.output_dir)
-    # The first process builds the vocabulary (kept when resuming) and saves the tokenizer in the output folder; the
-    # others read it there. The Trainer is not given the tokenizer: it would align special-token ids with the model
-    # config, which a character tokenizer does not have.
+    # The first process builds the vocabulary (kept when resuming) or copies the trained model's, and saves the
+    # tokenizer in the output folder; the others read it there. The Trainer is not given the tokenizer: it would align
+    # special-token ids with the model config, which a character tokenizer does not have.
     with training_args.main_process_first(desc="word vocabulary"):
         keep_vocab = training_args.resume and (output_dir / "word_vocab.json").is_file()
         if training_args.process_index == 0 and not keep_vocab:
-            save_tokenizer(data_args, model_args, output_dir)
+            if model_args.model_name_or_path is None:
+                save_tokenizer(data_args, model_args, output_dir)
+            else:
+                ElmoTokenizer.from_pretrained(model_args.model_name_or_path).save_pretrained(output_dir)
         tokenizer = ElmoTokenizer.from_pretrained(output_dir)
-    config = model_config(model_args, tokenizer)
-    model = ElmoForPreTraining(config)
+    if model_args.model_name_or_path is None:
+        model = ElmoForPreTraining(model_config(model_args, tokenizer))
+    else:
+        model = ElmoForPreTraining.from_pretrained(model_args.model_name_or_path)
+        if model.config.word_vocab_size != tokenizer.word_vocab_size:
+            raise ValueError(f"{model_args.model_name_or_path} has no word softmax of its tokenizer's vocabulary")
+        asked = model_args.n_negative_samples or model.config.n_negative_samples or NEGATIVE_SAMPLES
+        model.config.n_negative_samples = min(asked, tokenizer.word_vocab_size)
     rates = {
         "train_unk_rate": unk_rate(tokenizer, data_args.train_file),
         "eval_unk_rate": unk_rate(tokenizer, data_args.validation_file),
@@ -383,7 +420,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 def describe_run(model: ElmoForPreTraining, model_args: ModelArguments, rates: dict[str, float]) -> str:
     """What the run is about to train, printed before it starts: vocabulary coverage, size and negatives."""
     config = model.config
-    vocab, asked = config.word_vocab_size, model_args.n_negative_samples
+    vocab, asked = config.word_vocab_size, model_args.n_negative_samples or config.n_negative_samples
     negatives = f"{config.n_negative_samples:,}" + (
         f" (asked {asked:,}: capped at the vocabulary size)" if asked > config.n_negative_samples else ""
     )
@@ -433,5 +470,23 @@ def _has_checkpoint(output_dir: Path) -> bool:
     return any(path.is_dir() for path in output_dir.glob("checkpoint-*"))
 
 
+def keep_freed_memory() -> None:
+    """
+    Has glibc's `malloc` keep the memory a training step frees for the next step. Each step allocates and frees the
+    same large tensors; by default glibc hands blocks over 128 KiB back to the system, and the next step takes them
+    again page by page, a page fault each (how many, and what they cost: benchmarks/RESULTS.md). Here blocks up to
+    32 MiB (glibc's most) come from the heap, which is given back only when over 2 GiB of it is free. For processes
+    that train: the pretrain commands call it, `main` does not (a library call leaves the allocator as it is). Does
+    nothing without glibc.
+    """
+    if platform.libc_ver()[0] != "glibc":
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    libc = ctypes.CDLL(None)
+    libc.mallopt(m_mmap_threshold, 32 << 20)
+    libc.mallopt(m_trim_threshold, 2**31 - 1)
+
+
 if __name__ == "__main__":
+    keep_freed_memory()
     main()
