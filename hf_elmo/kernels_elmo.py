@@ -523,8 +523,9 @@ def run_directions(tasks: Sequence[Callable[[], Any]], device: torch.device) -> 
         _direction_threads = ThreadPoolExecutor(len(tasks), thread_name_prefix="hf_elmo-direction")
     futures = [_direction_threads.submit(_run_on_threads, task, threads // 2) for task in tasks]
     concurrent.futures.wait(futures)  # both finish, even if one fails, before anything is returned or raised
-    # A thread count set in a worker also becomes torch's default for threads started later: set this thread's again.
-    if any(future.exception() is None and future.result()[1] for future in futures):
+    # A thread count set in a worker also becomes torch's default for threads started later: set this thread's again
+    # (after a failure too, which may have come after the worker set its threads).
+    if any(future.exception() is not None or future.result()[1] for future in futures):
         torch.set_num_threads(threads)
     return [future.result()[0] for future in futures]
 
