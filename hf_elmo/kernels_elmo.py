@@ -572,7 +572,8 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
     in reverse for the gradients of the gates and of the state, then takes each weight's gradient as one product over
     all positions (autograd through the reference loop adds a product into each weight's gradient at every step). A
     row's state gradient waits, untouched, until the backward reaches the row's last valid step. The directions share
-    nothing but the mask: [`run_directions`] may run them at once, in both passes.
+    nothing but the layout of their steps, which they only read: [`run_directions`] may run them at once, in both
+    passes.
     """
 
     @staticmethod
@@ -593,18 +594,19 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
         """
         per_direction = len(DIRECTION_TENSORS)
         directions = [tensors[index : index + per_direction] for index in range(0, len(tensors), per_direction)]
+        layout = PackedSteps.of(mask)  # one mask (the backward direction reads reversed rows), one layout for all
         runs = run_directions(
             [
-                functools.partial(layer_forward, direction_products, direction_settings, mask, *direction)
+                functools.partial(layer_forward, direction_products, direction_settings, layout, *direction)
                 for direction_products, direction_settings, direction in zip(
                     products, settings, directions, strict=True
                 )
             ],
             mask.device,
         )
-        ctx.products, ctx.settings, ctx.layouts = products, settings, [layout for _, layout, _ in runs]
-        ctx.save_for_backward(*(tensor for _, _, saved in runs for tensor in saved))
-        return tuple(result for results, _, _ in runs for result in results)
+        ctx.products, ctx.settings, ctx.layout = products, settings, layout
+        ctx.save_for_backward(*(tensor for _, saved in runs for tensor in saved))
+        return tuple(result for results, _ in runs for result in results)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
@@ -616,12 +618,12 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
                 layer_backward,
                 ctx.products[direction],
                 ctx.settings[direction],
-                layout,
+                ctx.layout,
                 SavedLayer(*saved[direction * saved_per_direction : (direction + 1) * saved_per_direction]),
                 ctx.needs_input_grad[3 + direction * per_direction : 3 + (direction + 1) * per_direction],
                 *grads[3 * direction : 3 * direction + 3],
             )
-            for direction, layout in enumerate(ctx.layouts)
+            for direction in range(len(ctx.settings))
         ]
         return None, None, None, *(grad for grads in run_directions(tasks, saved[0].device) for grad in grads)
 
@@ -629,7 +631,7 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
 def layer_forward(
     products: Callable[[torch.Tensor, Iterable[int]], dict[int, Product]],
     settings: tuple[float | None, float | None, float],
-    mask: torch.Tensor,
+    layout: PackedSteps,
     inputs: torch.Tensor,
     hidden: torch.Tensor,
     memory: torch.Tensor,
@@ -637,13 +639,12 @@ def layer_forward(
     recurrent_kernel: torch.Tensor,
     bias: torch.Tensor,
     projection_kernel: torch.Tensor | None,
-) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], PackedSteps, SavedLayer]:
+) -> tuple[tuple[torch.Tensor, torch.Tensor, torch.Tensor], SavedLayer]:
     """
-    The forward of one direction of [`ElmoLstmLayerFunction`]: its results, the layout of its steps and what its
-    backward reads.
+    The forward of one direction of [`ElmoLstmLayerFunction`] over the steps of `layout` (its mask's): its results
+    and what its backward reads.
     """
     cell_clip, proj_clip, forget_bias = settings
-    layout = PackedSteps.of(mask)
     cell = memory.shape[-1]
     gate_bias = bias.clone()
     gate_bias[cell : 2 * cell] += forget_bias
@@ -703,7 +704,7 @@ def layer_forward(
         memory_tanh,
         cell_outputs,
     )
-    return (layout.unpack(packed_hidden), final_hidden[restore], final_memory[restore]), layout, saved
+    return (layout.unpack(packed_hidden), final_hidden[restore], final_memory[restore]), saved
 
 
 def layer_backward(
