@@ -41,6 +41,9 @@ class ElmoConfig(PretrainedConfig):
             (`lstm.use_skip_connections`).
         forget_bias (`float`): added to the forget gate at run time; 1.0 is TensorFlow's `LSTMCell` default, with
             which bilm-tf trained (the original weight files store the bias without it).
+        lstm_dropout (`float`): in training mode, dropout on the input of every LSTM layer (before the layer and its
+            skip connection) and, in `ElmoForPreTraining`, on the top layer before the softmax: where bilm-tf's
+            `dropout` applies when it trains. 0 (the default) for none; eval mode never drops.
         recurrence_implementation (`str`): `"auto"` runs the fast kernels of `kernels_elmo` where they apply (the
             in-place recurrence and the character convolutions as matrix products when nothing needs gradients,
             the hand-written backward when the biLM trains); `"reference"` always runs the reference code under
@@ -124,6 +127,7 @@ class ElmoConfig(PretrainedConfig):
         proj_clip=3.0,
         use_skip_connections=True,
         forget_bias=1.0,
+        lstm_dropout=0.0,
         recurrence_implementation="auto",
         cpu_matmul="auto",
         freeze_bilm=True,
@@ -163,6 +167,7 @@ class ElmoConfig(PretrainedConfig):
         self.proj_clip = proj_clip
         self.use_skip_connections = use_skip_connections
         self.forget_bias = float(forget_bias)
+        self.lstm_dropout = float(lstm_dropout)
         self.recurrence_implementation = recurrence_implementation
         self.cpu_matmul = cpu_matmul
         self.freeze_bilm = freeze_bilm
@@ -216,6 +221,8 @@ class ElmoConfig(PretrainedConfig):
             raise ValueError(f"recurrence_implementation must be one of {RECURRENCE_IMPLEMENTATIONS}, got {value!r}")
         if key == "cpu_matmul" and value not in CPU_MATMULS:
             raise ValueError(f"cpu_matmul must be one of {CPU_MATMULS}, got {value!r}")
+        if key == "lstm_dropout" and not 0.0 <= value < 1.0:
+            raise ValueError(f"lstm_dropout must be in [0, 1), got {value!r}")
         if key == "crf_constraint" and value is not None and value not in LABEL_SCHEMES:
             raise ValueError(f"crf_constraint must be one of {tuple(LABEL_SCHEMES)} or None, got {value!r}")
         super().__setattr__(key, value)

@@ -224,6 +224,7 @@ class ElmoBiLm(nn.Module):
         super().__init__()
         self.projection_dim = config.projection_dim
         self.use_skip_connections = config.use_skip_connections
+        self.input_dropout = nn.Dropout(config.lstm_dropout)
         self.forward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
         self.backward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
 
@@ -241,15 +242,17 @@ class ElmoBiLm(nn.Module):
         stacks read instead (in [`ElmoModel.windowed_hidden_states`] the two stacks read different windows). Returns
         the `n_layers + 1` layers `[forward ; backward]` in text order (the first `[tokens ; backward_tokens]`) and
         the final state in the layout of the initial one. Each layer reads its input from the layer returned before
-        it, so that the returned layers are the tensors of the autograd graph.
+        it, so that the returned layers are the tensors of the autograd graph; in training mode through
+        `config.lstm_dropout`, so that a layer's skip connection adds the input its LSTM read.
         """
         backward_tokens = tokens if backward_tokens is None else backward_tokens
         lengths = mask.sum(dim=1)
         layers = [torch.cat([tokens, backward_tokens], dim=-1)]
         final_hidden, final_memory = [], []
         for index in range(len(self.forward_layers)):
-            forward_input = layers[-1][..., : self.projection_dim]
-            backward_input = reverse_valid_steps(layers[-1][..., self.projection_dim :], lengths)
+            layer_input = self.input_dropout(layers[-1])
+            forward_input = layer_input[..., : self.projection_dim]
+            backward_input = reverse_valid_steps(layer_input[..., self.projection_dim :], lengths)
             (forward_output, backward_output), layer_hidden, layer_memory = self.run_layer(
                 index, forward_input, backward_input, mask, hidden[index], memory[index]
             )
@@ -1054,7 +1057,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     the true word are removed and the others' logits are corrected by `-log(n * Q(k))`, so that
     `exp(s_true) + sum(exp(corrected))` is an unbiased estimate of the full partition function and the sampled loss
     tends to the full loss as `n` grows. Word ids must be sorted by decreasing frequency, as the `tokenizers`
-    `WordLevelTrainer` gives them. In eval mode the softmax is exact, so `exp(loss)` is the true perplexity.
+    `WordLevelTrainer` gives them. In eval mode the softmax is exact, so `exp(loss)` is the true perplexity. With
+    `config.lstm_dropout`, training drops out the top layer before the softmax, as well as each LSTM layer's input.
 
     The config needs `word_vocab_size` (and `n_negative_samples` to train); `ElmoModel.from_pretrained` loads the
     biLM alone from a saved `ElmoForPreTraining`.
@@ -1067,6 +1071,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             raise ValueError(f"ElmoForPreTraining needs config.word_vocab_size (an int >= 2), got {vocab_size!r}")
         self.elmo = ElmoModel(config)
         self.softmax = ElmoWordSoftmax(config.projection_dim, vocab_size)
+        self.output_dropout = nn.Dropout(config.lstm_dropout)
         self.post_init()
 
     def forward(
@@ -1100,15 +1105,16 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             word_input_ids=word_input_ids,
         )
         forward_loss = backward_loss = loss = forward_logits = backward_logits = None
+        top = self.output_dropout(outputs.last_hidden_state)
         if labels is None:
-            top, dim = outputs.last_hidden_state, self.config.projection_dim
+            dim = self.config.projection_dim
             forward_logits, backward_logits = self.softmax(top[..., :dim]), self.softmax(top[..., dim:])
         else:
             if labels.shape != input_ids.shape[:2]:
                 raise ValueError(f"labels must have shape {tuple(input_ids.shape[:2])}, got {tuple(labels.shape)}")
             valid = valid_positions(input_ids, attention_mask)
             labels = labels.masked_fill(~valid, -100)
-            forward_states, backward_states = self._direction_states(outputs.last_hidden_state)
+            forward_states, backward_states = self._direction_states(top)
             negatives = None
             if self.training:
                 num_sampled = self.config.n_negative_samples

@@ -243,6 +243,13 @@ class ModelArguments:
             f"--model-name-or-path, else bilm-tf's {NEGATIVE_SAMPLES:,})"
         },
     )
+    lstm_dropout: float | None = field(
+        default=None,
+        metadata={
+            "help": "dropout on each LSTM layer's input and on the top layer before the softmax, as bilm-tf trains "
+            "(its released models used 0.1); default: that of --model-name-or-path, else none"
+        },
+    )
 
 
 @dataclass
@@ -310,6 +317,7 @@ def model_config(model_args: ModelArguments, tokenizer: ElmoTokenizer) -> ElmoCo
         max_characters_per_token=model_args.max_characters_per_token,
         word_vocab_size=word_vocab_size,
         n_negative_samples=min(model_args.n_negative_samples or NEGATIVE_SAMPLES, word_vocab_size),
+        lstm_dropout=model_args.lstm_dropout or 0.0,
         **tokenizer.alphabet.config_fields(),
         **options,
     )
@@ -376,7 +384,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     if model_args.model_name_or_path is None:
         model = ElmoForPreTraining(model_config(model_args, tokenizer))
     else:
-        model = ElmoForPreTraining.from_pretrained(model_args.model_name_or_path)
+        dropout = {} if model_args.lstm_dropout is None else {"lstm_dropout": model_args.lstm_dropout}
+        model = ElmoForPreTraining.from_pretrained(model_args.model_name_or_path, **dropout)
         if model.config.word_vocab_size != tokenizer.word_vocab_size:
             raise ValueError(f"{model_args.model_name_or_path} has no word softmax of its tokenizer's vocabulary")
         asked = model_args.n_negative_samples or model.config.n_negative_samples or NEGATIVE_SAMPLES

@@ -130,6 +130,8 @@ def test_config_json_of_earlier_versions_loads_without_its_machine_settings(tmp_
         (dict(max_characters_per_token=2), "max_characters_per_token"),
         (dict(projection_dim=64, cell_dim=32), "projection_dim"),
         (dict(recurrence_implementation="fast"), "recurrence_implementation"),
+        (dict(lstm_dropout=1.0), r"^lstm_dropout must be in \[0, 1\), got 1.0$"),
+        (dict(lstm_dropout=-0.1), "lstm_dropout"),
     ],
 )
 def test_bad_options_are_refused(options, message):

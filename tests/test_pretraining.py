@@ -196,6 +196,46 @@ def test_forward_lm_never_sees_the_word_it_predicts(vocab_tokenizer):
     assert not torch.allclose(backward_lp[0, perturbed_position], backward_lp[1, perturbed_position])
 
 
+def test_lstm_dropout_drops_each_layers_input_and_the_top_before_the_softmax(vocab_tokenizer):
+    """
+    bilm-tf's placement: in training, each LSTM layer and its skip connection read the dropped-out layer below, and
+    the softmax the dropped-out top layer; the returned layers are those the LSTMs wrote. Eval mode drops nothing.
+    """
+    vocab_size = vocab_tokenizer.word_vocab_size
+    plain = tiny_pretraining_model(vocab_size)
+    dropped = ElmoForPreTraining(tiny_config(word_vocab_size=vocab_size, n_negative_samples=8, lstm_dropout=0.5))
+    dropped.load_state_dict(plain.state_dict())
+    batch = uneven_batch(vocab_tokenizer, random.Random(0), rows=4)
+    with torch.no_grad():
+        torch.testing.assert_close(dropped.eval()(**batch).loss, plain.eval()(**batch).loss, rtol=0, atol=0)
+
+    seen = {"input": [], "top": []}  # (what a dropout module was given, what it returned), call by call
+    for name, module in (("input", dropped.elmo.bilm.input_dropout), ("top", dropped.output_dropout)):
+        module.register_forward_hook(lambda _, inputs, output, name=name: seen[name].append((inputs[0], output)))
+    with torch.no_grad():
+        layers = dropped.train()(**batch, output_hidden_states=True).hidden_states
+    mask, dim = batch["attention_mask"].bool(), dropped.config.projection_dim
+    lengths, zeros = mask.sum(1), torch.zeros(2, len(mask), dim)
+    assert len(seen["input"]) == dropped.config.n_layers and len(seen["top"]) == 1
+    for index, (given, read) in enumerate(seen["input"]):
+        torch.testing.assert_close(given, layers[index], rtol=0, atol=0)
+        assert (read == 0).any() and not torch.equal(read, given)
+        with torch.no_grad():
+            (forward, backward), _, _ = dropped.elmo.bilm.run_layer(
+                index,
+                read[..., :dim],
+                modeling_elmo.reverse_valid_steps(read[..., dim:], lengths),
+                mask,
+                zeros,
+                torch.zeros(2, len(mask), dropped.config.cell_dim),
+            )
+        expected = torch.cat([forward, modeling_elmo.reverse_valid_steps(backward, lengths)], dim=-1)
+        torch.testing.assert_close(layers[index + 1], expected, rtol=FLOAT32_TOLERANCE, atol=FLOAT32_TOLERANCE)
+    given, read = seen["top"][0]
+    torch.testing.assert_close(given, layers[-1], rtol=0, atol=0)
+    assert (read == 0).any() and not torch.equal(read, given)
+
+
 def test_sampled_loss_agrees_with_the_full_loss_in_expectation(vocab_tokenizer):
     model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size, n_negative_samples=100)
     with torch.no_grad():  # a spread of logits, so that the sampled estimate is not trivially exact
@@ -388,17 +428,18 @@ def test_pretrained_folder_loads_exports_and_reloads_identically(pretrained_fold
 
 def test_pretraining_goes_on_from_a_trained_model(pretrained_folder, tmp_path):
     """
-    `--model-name-or-path` trains the folder's model further, with its tokenizer and negatives: at learning rate 0
-    the weights come out as they went in. An option that would shape a new model is refused.
+    `--model-name-or-path` trains the folder's model further, with its tokenizer and negatives, and with the dropout
+    asked: at learning rate 0 the weights come out as they went in. An option that would shape a new model is refused.
     """
     folder = pretrained_folder[0]
     text = [str(folder.parent / "train.txt"), str(folder.parent / "valid.txt")]
     data = ["--train-file", text[0], "--validation-file", text[1], "--model-name-or-path", str(folder)]
     options = ["--batch-size", "8", "--max-steps", "2", "--learning-rate", "0", "--report-to", "none"]
     with torch_threads(1):
-        main([*data, *options, "--output-dir", str(tmp_path / "further")])
+        main([*data, *options, "--output-dir", str(tmp_path / "further"), "--lstm-dropout", "0.1"])
     trained, further = (ElmoForPreTraining.from_pretrained(path) for path in (folder, tmp_path / "further"))
     assert further.config.n_negative_samples == trained.config.n_negative_samples == 8
+    assert (trained.config.lstm_dropout, further.config.lstm_dropout) == (0.0, 0.1)
     for (name, weight), (_, kept) in zip(trained.state_dict().items(), further.state_dict().items(), strict=True):
         torch.testing.assert_close(kept, weight, rtol=0, atol=0, msg=name)
     assert (tmp_path / "further" / "word_vocab.json").read_text() == (folder / "word_vocab.json").read_text()
