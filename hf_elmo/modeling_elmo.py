@@ -242,15 +242,18 @@ class ElmoBiLm(nn.Module):
         stacks read instead (in [`ElmoModel.windowed_hidden_states`] the two stacks read different windows). Returns
         the `n_layers + 1` layers `[forward ; backward]` in text order (the first `[tokens ; backward_tokens]`) and
         the final state in the layout of the initial one. Each layer reads its input from the layer returned before
-        it, so that the returned layers are the tensors of the autograd graph; in training mode through
+        it, so that the returned layers are the tensors of the autograd graph; while the biLM trains, through
         `config.lstm_dropout`, so that a layer's skip connection adds the input its LSTM read.
         """
         backward_tokens = tokens if backward_tokens is None else backward_tokens
         lengths = mask.sum(dim=1)
         layers = [torch.cat([tokens, backward_tokens], dim=-1)]
         final_hidden, final_memory = [], []
+        # Pre-training dropout applies while the biLM's own weights train; a frozen biLM (the paper's setting for
+        # task heads) is a fixed feature extractor even in training mode.
+        drops = self.training and next(self.parameters()).requires_grad
         for index in range(len(self.forward_layers)):
-            layer_input = self.input_dropout(layers[-1])
+            layer_input = self.input_dropout(layers[-1]) if drops else layers[-1]
             forward_input = layer_input[..., : self.projection_dim]
             backward_input = reverse_valid_steps(layer_input[..., self.projection_dim :], lengths)
             (forward_output, backward_output), layer_hidden, layer_memory = self.run_layer(

@@ -199,7 +199,8 @@ def test_forward_lm_never_sees_the_word_it_predicts(vocab_tokenizer):
 def test_lstm_dropout_drops_each_layers_input_and_the_top_before_the_softmax(vocab_tokenizer):
     """
     bilm-tf's placement: in training, each LSTM layer and its skip connection read the dropped-out layer below, and
-    the softmax the dropped-out top layer; the returned layers are those the LSTMs wrote. Eval mode drops nothing.
+    the softmax the dropped-out top layer; the returned layers are those the LSTMs wrote. Eval mode and a frozen biLM
+    drop nothing.
     """
     vocab_size = vocab_tokenizer.word_vocab_size
     plain = tiny_pretraining_model(vocab_size)
@@ -234,6 +235,15 @@ def test_lstm_dropout_drops_each_layers_input_and_the_top_before_the_softmax(voc
     given, read = seen["top"][0]
     torch.testing.assert_close(given, layers[-1], rtol=0, atol=0)
     assert (read == 0).any() and not torch.equal(read, given)
+
+    # A frozen biLM (a head's `freeze_bilm`) reads its layers undropped, in training mode too.
+    dropped.elmo.requires_grad_(False)
+    with torch.no_grad():
+        frozen = dropped.elmo(batch["input_ids"], batch["attention_mask"], output_hidden_states=True).hidden_states
+        expected = plain.eval().elmo(batch["input_ids"], batch["attention_mask"], output_hidden_states=True)
+    assert dropped.training and len(seen["input"]) == dropped.config.n_layers
+    for ours, theirs in zip(frozen, expected.hidden_states, strict=True):
+        torch.testing.assert_close(ours, theirs, rtol=0, atol=0)
 
 
 def test_sampled_loss_agrees_with_the_full_loss_in_expectation(vocab_tokenizer):
