@@ -41,10 +41,10 @@ class ElmoConfig(PretrainedConfig):
             (`lstm.use_skip_connections`).
         forget_bias (`float`): added to the forget gate at run time; 1.0 is TensorFlow's `LSTMCell` default, with
             which bilm-tf trained (the original weight files store the bias without it).
-        lstm_dropout (`float`): while the biLM trains (training mode, its weights requiring gradients), dropout on
-            the input of every LSTM layer (before the layer and its skip connection) and, in `ElmoForPreTraining`, on
-            the top layer before the softmax: where bilm-tf's `dropout` applies when it trains. 0 (the default) for
-            none; eval mode and a frozen biLM never drop.
+        lstm_dropout (`float`): dropout where bilm-tf's `dropout` applies when it trains: on the input of every LSTM
+            layer (before the layer and its skip connection) while the biLM trains (training mode, its weights
+            requiring gradients), and, in `ElmoForPreTraining` in training mode, on the top layer before the softmax.
+            0 (the default) for none; eval mode never drops, and a frozen biLM's layers are never dropped.
         recurrence_implementation (`str`): `"auto"` runs the fast kernels of `kernels_elmo` where they apply (the
             in-place recurrence and the character convolutions as matrix products when nothing needs gradients,
             the hand-written backward when the biLM trains); `"reference"` always runs the reference code under

@@ -216,7 +216,8 @@ def test_lstm_dropout_drops_each_layers_input_and_the_top_before_the_softmax(voc
     with torch.no_grad():
         layers = dropped.train()(**batch, output_hidden_states=True).hidden_states
     mask, dim = batch["attention_mask"].bool(), dropped.config.projection_dim
-    lengths, zeros = mask.sum(1), torch.zeros(2, len(mask), dim)
+    lengths = mask.sum(1)
+    hidden, memory = torch.zeros(2, len(mask), dim), torch.zeros(2, len(mask), dropped.config.cell_dim)
     assert len(seen["input"]) == dropped.config.n_layers and len(seen["top"]) == 1
     for index, (given, read) in enumerate(seen["input"]):
         torch.testing.assert_close(given, layers[index], rtol=0, atol=0)
@@ -227,8 +228,8 @@ def test_lstm_dropout_drops_each_layers_input_and_the_top_before_the_softmax(voc
                 read[..., :dim],
                 modeling_elmo.reverse_valid_steps(read[..., dim:], lengths),
                 mask,
-                zeros,
-                torch.zeros(2, len(mask), dropped.config.cell_dim),
+                hidden,
+                memory,
             )
         expected = torch.cat([forward, modeling_elmo.reverse_valid_steps(backward, lengths)], dim=-1)
         torch.testing.assert_close(layers[index + 1], expected, rtol=FLOAT32_TOLERANCE, atol=FLOAT32_TOLERANCE)
