@@ -551,8 +551,8 @@ class SavedLayer(NamedTuple):
     initial_memory: torch.Tensor  # (batch, cell_dim), rows sorted
     packed_hidden: torch.Tensor  # (positions, output_dim): the state after each position
     packed_memory: torch.Tensor  # (positions, cell_dim)
-    unclipped_hidden: torch.Tensor  # before the projection's clip (packed_hidden itself without one)
-    unclipped_memory: torch.Tensor  # before the memory's clip (packed_memory itself without one)
+    hidden_clip_passes: torch.Tensor | None  # (positions, output_dim): the projection clip's gradient (None: no clip)
+    memory_clip_passes: torch.Tensor | None  # (positions, cell_dim): the memory clip's gradient (None: no clip)
     memory_tanh: torch.Tensor  # (positions, cell_dim)
     cell_outputs: torch.Tensor  # (positions, cell_dim): what the projection multiplies
 
@@ -688,6 +688,10 @@ def layer_forward(
     final_hidden, final_memory = initial_hidden.clone(), initial_memory.clone()
     last = layout.last_rows()
     final_hidden[: len(last)], final_memory[: len(last)] = packed_hidden[last], packed_memory[last]
+    # Each clip's gradient: 1.0 where it left its input unchanged (boundaries included, as `torch.clamp`'s), else 0.0;
+    # compared over all positions at once, and multiplied by rows in the backward's steps.
+    hidden_clip_passes = (unclipped_hidden == packed_hidden).to(inputs.dtype) if proj_clip is not None else None
+    memory_clip_passes = (unclipped_memory == packed_memory).to(inputs.dtype) if cell_clip is not None else None
     restore = torch.argsort(layout.order)
     saved = SavedLayer(
         packed_inputs,
@@ -699,8 +703,8 @@ def layer_forward(
         initial_memory,
         packed_hidden,
         packed_memory,
-        unclipped_hidden,
-        unclipped_memory,
+        hidden_clip_passes,
+        memory_clip_passes,
         memory_tanh,
         cell_outputs,
     )
@@ -749,9 +753,8 @@ def layer_backward(
         in_gate, forget_gate, cell_input, out_gate = saved.gates[here].split(cell, dim=-1)
         in_grad, forget_grad, cell_input_grad, out_grad = gates_grad[here].split(cell, dim=-1)
         new_hidden_grad = new_hidden_grads[here].add_(hidden_grad[:rows])
-        # `torch.clamp` passes the gradient where it left its input unchanged (boundaries included).
         if proj_clip is not None:
-            new_hidden_grad.mul_(saved.unclipped_hidden[here] == saved.packed_hidden[here])
+            new_hidden_grad.mul_(saved.hidden_clip_passes[here])
         if saved.projection_kernel is not None:
             cell_output_grad = cell_output_grads[:rows]
             projection_products[rows](new_hidden_grad, cell_output_grad, False)
@@ -761,7 +764,7 @@ def layer_backward(
         through_tanh = cell_output_grad * out_gate
         new_memory_grad = memory_grad[:rows].add_(through_tanh).addcmul_(through_tanh * step_tanh, step_tanh, value=-1)
         if cell_clip is not None:
-            new_memory_grad.mul_(saved.unclipped_memory[here] == saved.packed_memory[here])
+            new_memory_grad.mul_(saved.memory_clip_passes[here])
         # Each gate's gradient before its activation: sigmoid' = s - s^2, tanh' = 1 - t^2.
         torch.mul(cell_output_grad, step_tanh, out=out_grad).mul_(out_gate)
         out_grad.addcmul_(out_grad, out_gate, value=-1)

@@ -211,10 +211,12 @@ class ElmoLstmLayer(nn.Module):
 
 def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     """Reverses the first `lengths[b]` steps of each row `b` of `x` `(batch, steps, ...)`; the rest stay in place."""
-    steps = torch.arange(x.shape[1], device=x.device)
-    index = torch.where(steps < lengths[:, None], lengths[:, None] - 1 - steps, steps)
-    index = index.view(*index.shape, *([1] * (x.dim() - 2))).expand_as(x)
-    return x.gather(1, index)
+    batch_size, steps = x.shape[:2]
+    step = torch.arange(steps, device=x.device)
+    index = torch.where(step < lengths[:, None], lengths[:, None] - 1 - step, step)
+    # One index per position rather than one per element (as `gather` takes): far less to read, either way.
+    index = index + torch.arange(batch_size, device=x.device)[:, None] * steps
+    return x.flatten(0, 1).index_select(0, index.flatten()).view_as(x)
 
 
 class ElmoBiLm(nn.Module):
