@@ -93,6 +93,16 @@ def reviews_per_second(
     return float(found.group(1))
 
 
+def shipped_tokenizer(train_file: str, folder: Path) -> ElmoTokenizer:
+    """The tokenizer `hf-elmo pretrain` builds from `train_file` with `DATA_OPTIONS`, saved in `folder`."""
+    data_args = DataArguments(
+        train_file=[train_file], validation_file=[], pre_tokenizer="whitespace", min_count=3, max_vocab_size=100_000,
+        char_vocab="learned",
+    )  # fmt: skip
+    save_tokenizer(data_args, ModelArguments(max_characters_per_token=20), folder)
+    return ElmoTokenizer.from_pretrained(folder)
+
+
 def batch_statistics(tokenizer: ElmoTokenizer, lines: list[str], batch_size: int, max_length: int, batches: int = 50):
     """Mean real positions per review, and per batch: positions stepped through when padded, distinct words."""
     rng = random.Random(0)
@@ -130,13 +140,8 @@ def main():
         (workdir / "validation.txt").write_text("\n".join(lines[:64]) + "\n", encoding="utf-8")
         # Each run reads its text and counts its <UNK> words before training: a part of the file keeps that short.
         (workdir / "train.txt").write_text("\n".join(lines[: args.train_lines]) + "\n", encoding="utf-8")
-        data_args = DataArguments(
-            train_file=[args.train_file], validation_file=[], pre_tokenizer="whitespace", min_count=3,
-            max_vocab_size=100_000, char_vocab="learned",
-        )  # fmt: skip
         tokenizer_dir = workdir / "tokenizer"
-        save_tokenizer(data_args, ModelArguments(max_characters_per_token=20), tokenizer_dir)
-        tokenizer = ElmoTokenizer.from_pretrained(tokenizer_dir)
+        tokenizer = shipped_tokenizer(args.train_file, tokenizer_dir)
         per_review, padded_positions, distinct_words = batch_statistics(
             tokenizer, lines, args.batch_size, args.max_length
         )

@@ -1,0 +1,130 @@
+"""Where the time of a pre-training step goes: a `torch.profiler` of hf_elmo's training steps at the shipped ko-nsmc
+shape (`benchmark_pretrain.py`'s), its operators grouped by kind, beside the rate of its matrix products.
+
+    PYTHONPATH=$PWD python benchmarks/pretrain_time_split.py --train-file outputs/nsmc/data/pretrain_train.txt \\
+        --old-reviews-per-second 77.8 140.7
+
+The steps are `hf-elmo pretrain`'s without the Trainer around them: batches of 256 reviews cut at 40 positions, the
+loss's backward, the gradient clipped at norm 10, fused AdamW, with the memory kept as the command keeps it. Each
+thread count times steps without the profiler (the figure to quote) and then profiles as many: the profiler adds a cost
+per operator, so the split says which part bounds a step, not its wall time. With two threads a layer's directions run
+at once, so the operators' times add up to more than the wall time. Given the old path's reviews/s per thread count
+(from `benchmark_pretrain.py`'s table), it prints the step time five times those would need and what that leaves
+beside the matrix products at the rate measured here.
+"""
+
+import argparse
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+from benchmark_inference import gemm_peak
+from benchmark_pretrain import SHAPES, shipped_tokenizer, training_gflop
+
+from hf_elmo.kernels_elmo import cpu_model
+from hf_elmo.modeling_elmo import ElmoForPreTraining
+from hf_elmo.pretraining import ElmoPreTrainingCollator, ModelArguments, keep_freed_memory, model_config
+from hf_elmo.text_files import read_sentences
+
+# Operators by kind, matched on their names (the profiler's `aten::...`); anything else is "other arithmetic".
+KINDS = {
+    "matrix products": (
+        "mm", "addmm", "addmm_", "bmm", "_linear_pointwise", "mkldnn_convolution", "convolution_backward",
+    ),
+    "sigmoid, tanh, exp, log": (
+        "sigmoid", "sigmoid_", "tanh", "tanh_", "exp", "log", "_log_softmax", "_log_softmax_backward_data",
+    ),
+    "memory moves (copy, fill, index, gather, cat)": (
+        "copy_", "fill_", "index", "index_select", "index_put_", "index_add_", "index_copy_", "gather",
+        "scatter_add_", "cat", "embedding_dense_backward", "nonzero", "sort", "argsort",
+    ),
+    "optimizer and clipping": ("_fused_adamw_", "_foreach_norm", "_foreach_mul_", "_foreach_add_"),
+}  # fmt: skip
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--train-file", required=True, help="the pre-training text (one review per line)")
+    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--old-reviews-per-second", nargs="+", type=float, help="the old path's, per --threads")
+    parser.add_argument("--steps", type=int, default=8, help="steps timed, then as many profiled")
+    parser.add_argument("--batch-size", type=int, default=256)
+    parser.add_argument("--max-length", type=int, default=40)
+    return parser.parse_args()
+
+
+def kind_of(name: str) -> str:
+    operator = name.split("::")[-1]
+    return next((kind for kind, names in KINDS.items() if operator in names), "other arithmetic")
+
+
+def main():
+    args = parse_args()
+    keep_freed_memory()
+    with tempfile.TemporaryDirectory() as folder:
+        tokenizer = shipped_tokenizer(args.train_file, Path(folder) / "tokenizer")
+    lines = list(read_sentences([args.train_file]))
+    rng = random.Random(0)
+    collate = ElmoPreTrainingCollator(tokenizer, args.max_length)
+    batches = [collate([{"text": line} for line in rng.sample(lines, args.batch_size)]) for _ in range(2 * args.steps)]
+    positions = statistics.mean(int(batch["attention_mask"].sum()) for batch in batches)
+    distinct = statistics.mean(len(torch.unique(b["input_ids"][b["attention_mask"].bool()], dim=0)) for b in batches)
+    model_args = ModelArguments(**SHAPES["ko-nsmc"], max_characters_per_token=20, n_negative_samples=1024)
+    torch.manual_seed(0)
+    model = ElmoForPreTraining(model_config(model_args, tokenizer)).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+    gflop = training_gflop(model.config, positions, 2 * (positions - args.batch_size), distinct)
+
+    def step(batch):
+        model(**batch).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    print(f"CPU: {cpu_model()}; torch {torch.__version__}; batches of {args.batch_size} reviews, ko-nsmc shape")
+    print(f"{positions / args.batch_size:.2f} real positions per review; {gflop:.1f} GFLOP of products per step\n")
+    old_speeds = args.old_reviews_per_second or [None] * len(args.threads)
+    for threads, old_speed in zip(args.threads, old_speeds, strict=True):
+        torch.set_num_threads(threads)
+        peak = gemm_peak()
+        for batch in batches[:2]:  # the product libraries are measured on first use
+            step(batch)
+        times = []
+        for batch in batches[: args.steps]:
+            began = time.perf_counter()
+            step(batch)
+            times.append(time.perf_counter() - began)
+        wall = statistics.median(times)
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+            for batch in batches[args.steps :]:
+                step(batch)
+        by_kind = dict.fromkeys([*KINDS, "other arithmetic"], 0.0)
+        for event in profile.key_averages():
+            if event.key.startswith(("aten::", "mkldnn::")):
+                by_kind[kind_of(event.key)] += event.self_cpu_time_total / 1e6 / args.steps
+        products = by_kind["matrix products"]
+        print(f"{threads} thread(s): {wall * 1e3:.0f} ms a step unprofiled, {args.batch_size / wall:.1f} reviews/s; ")
+        print(f"GEMM peak {peak:.0f} GFLOP/s; the products ran at {gflop / products:.0f} GFLOP/s per thread busy\n")
+        print("| operators | thread-ms a step (profiled) | share |")
+        print("| --- | ---: | ---: |")
+        total = sum(by_kind.values())
+        for kind, seconds in by_kind.items():
+            print(f"| {kind} | {seconds * 1e3:.0f} | {seconds / total:.0%} |")
+        print(f"| all operators | {total * 1e3:.0f} | 100% |\n")
+        if old_speed is not None:
+            needed = args.batch_size / (5 * old_speed)
+            at_peak = gflop / peak
+            print(
+                f"5x the old path's {old_speed} reviews/s needs {needed * 1e3:.0f} ms a step; the products alone take "
+                f"{at_peak * 1e3:.0f} ms at the GEMM peak, leaving {(needed - at_peak) * 1e3:.0f} ms for everything "
+                f"else, against {(wall - products / threads) * 1e3:.0f} ms today (the wall time less the products' "
+                f"thread time per thread)\n",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()
