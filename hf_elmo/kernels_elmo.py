@@ -551,8 +551,8 @@ class SavedLayer(NamedTuple):
     initial_memory: torch.Tensor  # (batch, cell_dim), rows sorted
     packed_hidden: torch.Tensor  # (positions, output_dim): the state after each position
     packed_memory: torch.Tensor  # (positions, cell_dim)
-    hidden_clip_passes: torch.Tensor | None  # (positions, output_dim): the projection clip's gradient (None: no clip)
-    memory_clip_passes: torch.Tensor | None  # (positions, cell_dim): the memory clip's gradient (None: no clip)
+    hidden_clip_passes: torch.Tensor | None  # (positions, output_dim): 1.0 where the output's clip passes the gradient
+    memory_clip_passes: torch.Tensor | None  # (positions, cell_dim): the same for the memory's clip; None: no clip
     memory_tanh: torch.Tensor  # (positions, cell_dim)
     cell_outputs: torch.Tensor  # (positions, cell_dim): what the projection multiplies
 
