@@ -3,7 +3,8 @@
     PYTHONPATH=$PWD python benchmarks/benchmark_extras.py
 
 - tokenizer: words/s of `ElmoTokenizer` from pre-split words to padded tensors, 32 sentences a call;
-- converter: seconds of `hf_elmo.conversion.convert` on a random checkpoint of the original shapes (~374 MB);
+- converter: seconds of `hf_elmo.conversion_original.convert_original` on a random checkpoint of the original shapes
+  (~374 MB);
 - memory: peak resident memory of the process while embedding a 2,000-word document, in windows with the state
   carried from one to the next, and in one piece;
 - training: words/s of one step (forward, scalar loss through a linear head, backward, SGD step) at batch 32, with
@@ -22,8 +23,8 @@ import torch
 from common import PeakRss, make_sentences, rss_bytes, write_random_original_checkpoint
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
-from hf_elmo.conversion import convert, load_original
-from hf_elmo.kernels_elmo import cpu_model
+from hf_elmo.conversion_original import convert_original, load_original
+from hf_elmo.kernels_cpu_products import cpu_model
 
 
 def tokenizer_words_per_second(tokenizer, sentences) -> float:
@@ -108,11 +109,10 @@ def main():
 
     output_dir = Path(tempfile.mkdtemp()) / "converted"
     began = time.perf_counter()
-    convert(options_file, weight_file, output_dir)
+    convert_original(options_file, weight_file, output_dir)
+    seconds = time.perf_counter() - began
     size = weight_file.stat().st_size / 2**20
-    rows.append(
-        (f"convert() on a {size:.0f} MB original-layout checkpoint", f"{time.perf_counter() - began:.1f} s", "<= 15 s")
-    )
+    rows.append((f"convert_original() on a {size:.0f} MB original-layout checkpoint", f"{seconds:.1f} s", "<= 15 s"))
     shutil.rmtree(output_dir.parent)
 
     model = load_original(options_file, weight_file)

@@ -27,8 +27,8 @@ import torch
 from common import PeakRss, make_sentences, write_random_original_checkpoint
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
-from hf_elmo.conversion import load_original
-from hf_elmo.kernels_elmo import cpu_model
+from hf_elmo.conversion_original import load_original
+from hf_elmo.kernels_cpu_products import cpu_model
 
 
 def load_allennlp(options_file: Path, weight_file: Path):

@@ -20,7 +20,7 @@ from benchmark_inference import add_batches_argument, max_diff, measure, min_cos
 from common import make_sentences, write_random_original_checkpoint
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
-from hf_elmo.conversion import convert
+from hf_elmo.conversion_original import convert_original
 from hf_elmo.modeling_elmo import ElmoModel
 from hf_elmo.onnx_elmo import ONNX_FILE, ElmoOnnxSession, export_onnx, quantize_int8
 
@@ -65,7 +65,7 @@ def main():
     options_file, weight_file = write_random_original_checkpoint(args.checkpoint_dir, config)
     model_dir, onnx_dir = args.checkpoint_dir / "hf", args.checkpoint_dir / "onnx"
     if not model_dir.is_dir():
-        convert(options_file, weight_file, model_dir)
+        convert_original(options_file, weight_file, model_dir)
     export_seconds = None
     if not (onnx_dir / ONNX_FILE).is_file():
         began = time.perf_counter()

@@ -31,7 +31,7 @@ from benchmark_inference import gemm_peak
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.configuration_elmo import ElmoConfig
-from hf_elmo.kernels_elmo import cpu_model
+from hf_elmo.kernels_cpu_products import cpu_model
 from hf_elmo.pretraining import DataArguments, ModelArguments, model_config, save_tokenizer
 from hf_elmo.text_files import read_sentences
 

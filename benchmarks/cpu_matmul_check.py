@@ -3,8 +3,8 @@
     PYTHONPATH=$PWD python benchmarks/cpu_matmul_check.py --korean-text outputs/nsmc/data/pretrain_validation.txt
 
 Cosine: the top layer's minimum cosine similarity, over valid positions, between `cpu_matmul="int8"` and the float32
-fast path (`"blas"`), on the original-format test checkpoint in ../shared (its 30 sentences, where present), and on
-the bundled Korean biLM `ko-nsmc` (the first 500 lines of `--korean-text`, where given).
+fast path held to `torch.mm` ("blas"), on the original-format test checkpoint in ../shared (its 30 sentences, where
+present), and on the bundled Korean biLM `ko-nsmc` (the first 500 lines of `--korean-text`, where given).
 
 Memory: for each of "blas", "auto" and "int8", a fresh process loads the random checkpoint of the original shapes
 (`benchmark_inference.py`'s), runs one batch of 32 ~25-word sentences twice and reports its resident memory.
@@ -21,11 +21,19 @@ import torch
 from benchmark_inference import min_cosine
 from common import make_sentences, rss_bytes, write_random_original_checkpoint
 
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, bundled_model_path
-from hf_elmo.conversion import load_original
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, bundled_model_path, kernels_cpu_products
+from hf_elmo.conversion_original import load_original
 
 FIXTURE_DIR = Path(__file__).resolve().parents[2] / "shared" / "fixtures" / "allennlp-elmo"
 CHECKPOINT_DIR = Path(tempfile.gettempdir()) / "hf_elmo_bench_ckpt"
+
+
+def use_products(model, matmul: str):
+    """`matmul` "auto" or "int8" as `config.cpu_matmul`; "blas": "auto" held to `torch.mm` for every shape (no
+    prepacked copies), the float32 baseline of this comparison."""
+    if matmul == "blas":
+        kernels_cpu_products.fastest_float32_library = lambda *shape: "blas"
+    model.config.cpu_matmul = "auto" if matmul == "blas" else matmul
 
 
 def int8_min_cosine(model, tokenizer, sentences: list[list[str]]) -> float:
@@ -33,16 +41,16 @@ def int8_min_cosine(model, tokenizer, sentences: list[list[str]]) -> float:
     tops = {}
     with torch.inference_mode():
         for matmul in ("blas", "int8"):
-            model.config.cpu_matmul = matmul
+            use_products(model, matmul)
             tops[matmul] = model(**encoded).last_hidden_state
     valid = encoded["attention_mask"].bool()
     return min_cosine([(tops["int8"], valid)], [(tops["blas"], valid)])
 
 
 def resident_mb_after_batch(matmul: str) -> float:
-    config = ElmoConfig(cpu_matmul=matmul)
+    config = ElmoConfig()
     model = load_original(*write_random_original_checkpoint(CHECKPOINT_DIR, config)).eval()
-    model.config.cpu_matmul = matmul
+    use_products(model, matmul)
     tokenizer = ElmoTokenizer(max_characters_per_token=config.max_characters_per_token)
     encoded = tokenizer(make_sentences(32, seed=0), is_split_into_words=True, padding=True, return_tensors="pt")
     with torch.inference_mode():

@@ -25,7 +25,7 @@ import torch
 from benchmark_inference import gemm_peak
 from benchmark_pretrain import SHAPES, shipped_tokenizer, training_gflop
 
-from hf_elmo.kernels_elmo import cpu_model
+from hf_elmo.kernels_cpu_products import cpu_model
 from hf_elmo.modeling_elmo import ElmoForPreTraining
 from hf_elmo.pretraining import ElmoPreTrainingCollator, ModelArguments, keep_freed_memory, model_config
 from hf_elmo.text_files import read_sentences

@@ -5,7 +5,7 @@ URLs) into an hf_elmo model folder, optionally uploading it to the Hugging Face 
         --output-dir elmo [--overwrite] [--push-to-hub USER/REPO [--private]]
 
 This is `hf-elmo convert` under this script's name: the same parser, flags (--help lists them) and messages. The
-conversion itself is `hf_elmo.conversion.convert`.
+conversion itself is `hf_elmo.conversion_original.convert_original`.
 """
 
 import sys

@@ -4,7 +4,7 @@ read, bit for bit the weights a converted checkpoint came from:
     python conversion/export_allennlp_elmo.py --model-dir elmo --output-dir elmo-original [--overwrite]
 
 This is `hf-elmo export` under this script's name: the same parser, flags (--help lists them) and messages. The
-export itself is `hf_elmo.conversion.export`.
+export itself is `hf_elmo.conversion_original.export_original`.
 """
 
 import sys

@@ -11,7 +11,8 @@ import sys
 import torch
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.conversion import ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL, ElmoConversionError, convert
+from hf_elmo.conversion_original import ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL, convert_original
+from hf_elmo.errors import ElmoConversionError
 
 OUTPUT_DIR = "outputs/elmo-original"
 SENTENCES = [
@@ -23,7 +24,7 @@ SENTENCES = [
 
 def main() -> int:
     try:
-        convert(ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL, OUTPUT_DIR, overwrite=True)
+        convert_original(ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL, OUTPUT_DIR, overwrite=True)
     except ElmoConversionError as error:
         print(f"error: {error}", file=sys.stderr)
         return 1

@@ -32,7 +32,8 @@ from pathlib import Path
 import torch
 
 from .configuration_elmo import CPU_MATMULS
-from .embedding_pipeline import EmbedError, EmbedSettings, Processes, embed_file, first_line, run_identity
+from .embedding_pipeline import EmbedSettings, Processes, embed_file, run_identity
+from .errors import EmbedError, first_line
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -40,7 +41,8 @@ DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch
 class CliError(EmbedError):
     """
     A failure of an `hf-elmo` command, to report as one line on stderr with exit status `code`. An `EmbedError`, so
-    that one raised while the processes of an `embed` run load the model stops all of them (`Processes.together`).
+    that one raised while the processes of an `embed` run load the model stops all of them
+    (`Processes.run_in_lockstep`).
     """
 
 
@@ -120,7 +122,7 @@ def _offline_without_network() -> bool:
 def embed_command(args) -> int:
     processes = Processes()
     try:
-        model, tokenizer, layers, identity = processes.together(partial(prepare_embedding, args, processes))
+        model, tokenizer, layers, identity = processes.run_in_lockstep(partial(prepare_embedding, args, processes))
         counts = embed_file(
             model,
             tokenizer,
@@ -214,7 +216,9 @@ def _mix_weights(text: str, model) -> list[float]:
 def convert_command(args) -> int:
     from transformers.utils import logging as transformers_logging
 
-    from .conversion import ElmoConversionError, convert, push_to_hub
+    from .conversion_original import convert_original
+    from .errors import ElmoConversionError
+    from .folders import push_to_hub
 
     needed = ["--model-dir"] if args.format == "elmoformanylangs" else ["--options-file", "--weight-file"]
     missing = [flag for flag in needed if getattr(args, flag[2:].replace("-", "_")) is None]
@@ -227,7 +231,7 @@ def convert_command(args) -> int:
 
             output = convert_elmoformanylangs(args.model_dir, args.output_dir, overwrite=args.overwrite)
         else:
-            output = convert(args.options_file, args.weight_file, args.output_dir, overwrite=args.overwrite)
+            output = convert_original(args.options_file, args.weight_file, args.output_dir, overwrite=args.overwrite)
     except ElmoConversionError as error:
         raise CliError(str(error)) from error
     print(f"wrote {output}")
@@ -251,7 +255,8 @@ def convert_command(args) -> int:
 def export_command(args) -> int:
     from transformers.utils import logging as transformers_logging
 
-    from .conversion import ElmoConversionError, export
+    from .conversion_original import export_original
+    from .errors import ElmoConversionError
 
     transformers_logging.disable_progress_bar()  # a bar for loading a few tensors is noise
 
@@ -264,7 +269,7 @@ def export_command(args) -> int:
             output = export_onnx(args.model_dir, args.output_dir, overwrite=args.overwrite)
             print(f"wrote {output}/{ONNX_FILE} with its config and tokenizer files")
             return 0
-        output = export(args.model_dir, args.output_dir, overwrite=args.overwrite)
+        output = export_original(args.model_dir, args.output_dir, overwrite=args.overwrite)
     except ElmoConversionError as error:
         raise CliError(str(error)) from error
     print(f"wrote {output}/options.json and {output}/weights.hdf5")

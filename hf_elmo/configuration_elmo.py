@@ -9,9 +9,9 @@ from .crf_elmo import LABEL_SCHEMES
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
 RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
-# The matrix products of the fast CPU recurrence (see `kernels_elmo.step_products`): "auto" measures which float32
-# library is fastest on this machine for each shape, once; "int8" is the opt-in reduced-precision mode.
-CPU_MATMULS = ("auto", "blas", "onednn", "int8")
+# The matrix products of the fast CPU recurrence (see `kernels_cpu_products.step_products`): "auto" measures which
+# float32 library is fastest on this machine for each shape, once; "int8" is the opt-in reduced-precision mode.
+CPU_MATMULS = ("auto", "int8")
 # How this machine computes the model, not what the model is: never written to config.json (see `ElmoConfig`).
 MACHINE_SETTINGS = ("recurrence_implementation", "cpu_matmul")
 
@@ -50,11 +50,11 @@ class ElmoConfig(PretrainedConfig):
             the hand-written backward when the biLM trains); `"reference"` always runs the reference code under
             autograd. Settable at `from_pretrained(..., recurrence_implementation="reference")`.
         cpu_matmul (`str`): the library of the fast recurrence's matrix products on CPU. `"auto"` times the float32
-            candidates (`"blas"`: `torch.mm` on the `(in, out)` kernels; `"onednn"`: oneDNN's linear on a
-            prepacked copy) for each product shape on first use, and keeps the fastest for this CPU, thread count
-            and torch version in a cache file (`$HF_ELMO_CACHE`, default `~/.cache/hf_elmo`), so that the choice
-            is made once per machine. oneDNN's prepacked copies cost resident memory; `"blas"` has none. `"blas"`
-            and `"onednn"` name one library. `"int8"` is opt-in reduced precision for small batches, where each step
+            candidates (`torch.mm` on the `(in, out)` kernels; oneDNN's linear on a prepacked copy, chosen only when
+            5% faster, as its copies cost resident memory) for each product shape on first use, and keeps the
+            fastest for this CPU, thread count and torch version in a cache file (`$HF_ELMO_CACHE`, default
+            `~/.cache/hf_elmo`), so that the choice is made once per machine. `"int8"` is opt-in reduced precision
+            for small batches, where each step
             streams its weights: the recurrent and projection kernels quantised per output channel, their products in
             int8 with dynamically quantised inputs, which changes the outputs slightly (their cosine with float32 is
             in `benchmarks/RESULTS.md`). Ignored off the CPU fast path.

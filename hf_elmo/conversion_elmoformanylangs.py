@@ -31,7 +31,8 @@ import torch
 
 from .alphabet_elmo import MARKER_ROLES, CharacterAlphabet
 from .configuration_elmo import ElmoConfig
-from .conversion import ElmoConversionError, atomic_directory
+from .errors import ElmoConversionError, first_line
+from .folders import atomic_directory
 from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import CHAR_VOCAB_FILE, WORD_INPUT_VOCAB_FILE, ElmoTokenizer
@@ -154,8 +155,7 @@ def load_state_dict(path: Path) -> dict[str, torch.Tensor]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # torch raises several types (UnpicklingError, RuntimeError, EOFError...)
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise ElmoConversionError(f"{path} is not a loadable PyTorch state dict: {first}") from error
+        raise ElmoConversionError(f"{path} is not a loadable PyTorch state dict: {first_line(error)}") from error
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         raise ElmoConversionError(f"{path} does not hold a state dict of tensors")
     return dict(state)

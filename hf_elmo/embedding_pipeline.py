@@ -23,25 +23,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .errors import EmbedError, first_line
 from .text_files import TextFileError, UndecodableLine, count_lines, read_lines
 
 # Lines read ahead and sorted by length, so that each batch holds sentences of similar length.
 BUCKET_BATCHES = 32
 SETTINGS_NAME = "hf_elmo_embed"
-
-
-class EmbedError(Exception):
-    """A failure to report as one line on stderr, with exit status `code`; `quiet` when another process reports it."""
-
-    def __init__(self, message: str, code: int = 1, quiet: bool = False):
-        super().__init__(message)
-        self.code, self.quiet = code, quiet
-
-
-def first_line(error: BaseException) -> str:
-    """The first line of an exception's message (its type's name when it has none), for one-line errors."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 # -- run identity -----------------------------------------------------------------------------------------------------
@@ -124,10 +111,10 @@ class PartsOutput:
     OUTPUT is complete or absent; a stopped run resumes from the parts, and only the run it continues may do so.
     """
 
-    def __init__(self, path: Path, identity: dict, resume: bool, attach: bool = False):
+    def __init__(self, path: Path, identity: dict, resume: bool, made_by_rank_zero: bool = False):
         self.path, self.parts = path, path.with_name(path.name + ".parts")
         self.state_file = self.parts / f"{SETTINGS_NAME}.json"
-        if attach:  # rank > 0: rank 0 has checked and made the folder; this process checks it runs the same job
+        if made_by_rank_zero:  # rank > 0: rank 0 has checked and made the folder; this one checks its job is the same
             if not self.state_file.is_file():
                 raise EmbedError(
                     f"{self.parts} is not visible to this process; with several nodes, write the output "
@@ -168,12 +155,12 @@ class Hdf5Output(PartsOutput):
     failed write cannot leave a broken HDF5 file behind (HDF5 files do not survive one).
     """
 
-    def __init__(self, path: Path, identity: dict, resume: bool, attach: bool = False):
+    def __init__(self, path: Path, identity: dict, resume: bool, made_by_rank_zero: bool = False):
         try:
             import h5py  # noqa: F401
         except ImportError as error:
             raise EmbedError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
-        super().__init__(path, identity, resume, attach)
+        super().__init__(path, identity, resume, made_by_rank_zero)
         self.batch = {}
 
     def finished_lines(self) -> set[str]:
@@ -337,7 +324,7 @@ class Processes:
         """`cuda` is the GPU of this process's LOCAL_RANK when several processes run; other names are kept."""
         return f"cuda:{self.local_rank}" if name == "cuda" and self.world_size > 1 else name
 
-    def together(self, work=None):
+    def run_in_lockstep(self, work=None):
         """
         Runs `work()` here (nothing if None) and waits for every process; an `EmbedError` on any of them is raised on
         all, reported by rank 0 alone (prefixed with the rank that failed).
@@ -394,10 +381,10 @@ class EmbedSettings:
 
 
 def open_output(
-    output_format: str, path: Path, identity: dict, resume: bool, attach: bool = False
+    output_format: str, path: Path, identity: dict, resume: bool, made_by_rank_zero: bool = False
 ) -> Hdf5Output | NpyOutput:
     """The `OUTPUT.parts/` writer of `output_format` ("hdf5" or "npy"); arguments as `PartsOutput`'s."""
-    return (Hdf5Output if output_format == "hdf5" else NpyOutput)(path, identity, resume, attach)
+    return (Hdf5Output if output_format == "hdf5" else NpyOutput)(path, identity, resume, made_by_rank_zero)
 
 
 def batch_lines(
@@ -510,19 +497,19 @@ def embed_file(
         own_lines = total if processes.world_size == 1 else count_lines(input_path, processes.shard)
     except TextFileError as error:
         raise input_error(error) from error
-    output = processes.together(
+    output = processes.run_in_lockstep(
         partial(open_output, output_format, output_path, identity, resume) if processes.rank == 0 else None
     )
     try:
         # The other ranks read the finished lines before rank 0 writes any new one.
-        attach = partial(open_output, output_format, output_path, identity, resume, attach=True)
-        output = processes.together(attach if processes.rank > 0 else None) or output
+        open_made = partial(open_output, output_format, output_path, identity, resume, made_by_rank_zero=True)
+        output = processes.run_in_lockstep(open_made if processes.rank > 0 else None) or output
         if output.finished and processes.rank == 0:
             print(f"hf-elmo: resuming: {len(output.finished)} of {total} lines are already written", file=sys.stderr)
-        processes.together(
+        processes.run_in_lockstep(
             partial(embed_shard, model, tokenizer, input_path, output, settings, processes.shard, own_lines)
         )
-        skipped = processes.together(
+        skipped = processes.run_in_lockstep(
             partial(assemble, output, input_path, settings.errors, sentence_to_index) if processes.rank == 0 else None
         )
     except WriteFailure as error:

@@ -12,16 +12,10 @@ from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
 from .crf_elmo import ConditionalRandomField, allowed_transitions
-from .kernels_elmo import (
-    dispatch,
-    distinct_rows,
-    lstm_layer_in_place,
-    lstm_layer_with_handwritten_backward,
-    lstm_layers_with_handwritten_backward,
-    max_pooled_by_matmul,
-    trains_directions_together,
-)
-from .sentence_transformers_folder import write_sentence_transformers_files
+from .kernels_elmo import dispatch, distinct_rows, max_pooled_by_matmul, trains_directions_together
+from .kernels_lstm_inference import lstm_layer_in_place
+from .kernels_lstm_training import lstm_layer_with_handwritten_backward, lstm_layers_with_handwritten_backward
+from .sentence_transformers_files import write_sentence_transformers_files
 
 
 @dataclass
@@ -412,7 +406,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
     def _wants_hidden_states(self, output_hidden_states: bool | None) -> bool:
         return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
 
-    def _returned(self, output: ModelOutput, return_dict: bool | None) -> ModelOutput | tuple:
+    def _as_return_dict_or_tuple(self, output: ModelOutput, return_dict: bool | None) -> ModelOutput | tuple:
         """`output`, or its tuple when `return_dict` (by default `config.return_dict`) is False."""
         return output if (self.config.return_dict if return_dict is None else return_dict) else output.to_tuple()
 
@@ -420,7 +414,7 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """
         As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`, and
         a biLM (`ElmoModel`, `ElmoForPreTraining`) also writes the files that make the folder a sentence-transformers
-        model (see `sentence_transformers_folder`).
+        model (see `sentence_transformers_files`).
         """
         if self.is_remote_code():
             self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **AUTO_MAP}
@@ -571,7 +565,7 @@ class ElmoModel(ElmoPreTrainedModel):
             hidden_states=all_layers if self._wants_hidden_states(output_hidden_states) else None,
             final_state=(final_hidden, final_memory) if return_final_state else None,
         )
-        return self._returned(output, return_dict)
+        return self._as_return_dict_or_tuple(output, return_dict)
 
     @torch.no_grad()
     def windowed_hidden_states(
@@ -859,7 +853,7 @@ class ElmoForSequenceClassification(ElmoHeadModel):
             loss = self._classification_loss(logits, labels.to(logits.device))
             loss = loss + penalty.to(loss.device)
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return self._returned(output, return_dict)
+        return self._as_return_dict_or_tuple(output, return_dict)
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of `config.problem_type`, inferred from `num_labels` and the labels' dtype when unset."""
@@ -939,7 +933,7 @@ class ElmoForTokenClassification(ElmoHeadModel):
                 loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
             loss = loss + penalty.to(loss.device)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return self._returned(output, return_dict)
+        return self._as_return_dict_or_tuple(output, return_dict)
 
     @torch.no_grad()
     def decode(self, logits: torch.Tensor, word_mask: torch.Tensor) -> torch.LongTensor:
@@ -1140,7 +1134,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             backward_logits=backward_logits,
             hidden_states=outputs.hidden_states,
         )
-        return self._returned(output, return_dict)
+        return self._as_return_dict_or_tuple(output, return_dict)
 
     def _direction_states(self, top_layer: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """The forward LM's states at positions `0..T-2` and the backward LM's at `1..T-1`, each `(batch, T-1, P)`."""

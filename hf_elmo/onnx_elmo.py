@@ -29,7 +29,8 @@ from torch import nn
 from torch._higher_order_ops.scan import scan
 
 from .configuration_elmo import ElmoConfig
-from .conversion import ElmoConversionError, atomic_directory
+from .errors import ElmoConversionError, first_line
+from .folders import atomic_directory
 from .modeling_elmo import (
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
@@ -252,8 +253,7 @@ def export_onnx(model_dir: str | os.PathLike, output_dir: str | os.PathLike, ove
                 verbose=False,
             )
         except Exception as error:  # torch raises many types (export, translation, optimisation), each many lines
-            first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise ElmoConversionError(f"torch.onnx.export failed on {model_dir}: {first}") from error
+            raise ElmoConversionError(f"torch.onnx.export failed on {model_dir}: {first_line(error)}") from error
         program.save(staging / ONNX_FILE)
         forward.config.save_pretrained(staging)
         tokenizer.save_pretrained(staging)

@@ -420,7 +420,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         if not training_args.keep_checkpoints:
             for checkpoint in output_dir.glob("checkpoint-*"):
                 shutil.rmtree(checkpoint)
-        from .conversion import apply_umask
+        from .folders import apply_umask
 
         apply_umask(output_dir)
     return metrics

@@ -1,7 +1,7 @@
 """ELMo in sentence-transformers: `SentenceTransformer(folder)` returns hf_elmo's own sentence vector.
 
 Needs the `sentence-transformers` extra. A folder saved by a biLM's `save_pretrained` names
-[`ElmoSentenceEncoder`] in its `modules.json` (see `sentence_transformers_folder`); sentence-transformers imports a
+[`ElmoSentenceEncoder`] in its `modules.json` (see `sentence_transformers_files`); sentence-transformers imports a
 module class from outside its own package only with `trust_remote_code=True`, which here allows importing this
 installed module: the folder's own code files are not run.
 """
@@ -13,7 +13,7 @@ import torch
 from sentence_transformers.base.modules import InputModule
 
 from .modeling_elmo import ElmoModel
-from .sentence_transformers_folder import ENCODER_CONFIG_FILE
+from .sentence_transformers_files import ENCODER_CONFIG_FILE
 from .tokenization_elmo import ElmoTokenizer
 
 

@@ -9,6 +9,8 @@ import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from .errors import first_line
+
 GZIP_MAGIC = b"\x1f\x8b"
 
 
@@ -56,8 +58,7 @@ def read_lines(
                     text = None
                 yield index, None if text is None else text.strip()
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
-        detail = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise TextFileError(f"{path}: not a complete gzip file ({detail})") from error
+        raise TextFileError(f"{path}: not a complete gzip file ({first_line(error)})") from error
 
 
 def count_lines(path: str | Path, shard: tuple[int, int] = (0, 1)) -> int:

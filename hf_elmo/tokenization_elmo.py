@@ -20,7 +20,6 @@ from .alphabet_elmo import (
     BYTE_MARKERS,
     BYTE_VALUES,
     CHAR_VOCAB_FILE,
-    END_OF_SENTENCE_CHAR,
     ID_SHIFT,
     MARKER_SYMBOL_OF_ROLE,
     CharacterAlphabet,
@@ -46,11 +45,6 @@ def word_to_char_ids(word: str, max_characters_per_token: int) -> list[int]:
     words `<S>` and `</S>` are the sentence boundaries, as in the original vocabulary.
     """
     return BYTE_ALPHABET.word_row(word, max_characters_per_token)
-
-
-def boundary_char_ids(marker: int, max_characters_per_token: int) -> list[int]:
-    """The shifted byte-alphabet character ids of the `<S>` (marker 256) or `</S>` (257) row."""
-    return BYTE_ALPHABET.boundary_row(marker == END_OF_SENTENCE_CHAR, max_characters_per_token)
 
 
 class EncodedExample(NamedTuple):

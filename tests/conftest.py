@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer
+from hf_elmo.modeling_elmo import ElmoBiLm
 from hf_elmo.weight_mapping import parameter_groups
 
 # "The same result up to float32 rounding": GEMM rounding differs with the CPU model and the batch composition,
@@ -158,7 +159,7 @@ def fixture_dir() -> Path:
 @pytest.fixture(scope="session")
 def fixture_model(fixture_dir) -> ElmoModel:
     """The original test checkpoint as an `ElmoModel` in eval mode (do not modify it in a test)."""
-    from hf_elmo.conversion import load_original
+    from hf_elmo.conversion_original import load_original
 
     return load_original(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5")
 
@@ -279,3 +280,76 @@ def read_hdf5(path: Path) -> dict[str, np.ndarray]:
 
     with h5py.File(path, "r") as handle:
         return {name: handle[name][()] for name in handle}
+
+
+# -- the kernels against the reference code ---------------------------------------------------------------------------
+
+
+def random_batch(config, lengths, seed=0):
+    """Random character ids `(batch, max(lengths), chars)`, right-padded with all-zero rows, and its mask."""
+    generator = torch.Generator().manual_seed(seed)
+    positions = max(lengths)
+    input_ids = torch.randint(1, 262, (len(lengths), positions, config.max_characters_per_token), generator=generator)
+    mask = torch.arange(positions) < torch.tensor(lengths)[:, None]
+    return input_ids * mask[..., None], mask.long()
+
+
+def random_state(config, batch_size, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(config.n_layers, 2, batch_size, config.projection_dim, generator=generator)
+    memory = torch.randn(config.n_layers, 2, batch_size, config.cell_dim, generator=generator)
+    return hidden, memory
+
+
+def use_kernels(config, fast, monkeypatch):
+    """Sets `config.recurrence_implementation` for the rest of the test: "auto" when `fast`, else "reference"."""
+    monkeypatch.setattr(config, "recurrence_implementation", "auto" if fast else "reference")
+
+
+def run_model(model, input_ids, mask, fast, monkeypatch, initial_state=None):
+    use_kernels(model.config, fast, monkeypatch)
+    with torch.inference_mode():
+        return model(
+            input_ids,
+            attention_mask=mask,
+            initial_state=initial_state,
+            return_final_state=True,
+            output_hidden_states=True,
+        )
+
+
+def assert_close(fast, exact):
+    assert fast.shape == exact.shape
+    assert (fast - exact).abs().max().item() <= FLOAT32_TOLERANCE
+
+
+def assert_outputs_match(fast, exact):
+    for fast_layer, exact_layer in zip(fast.hidden_states, exact.hidden_states, strict=True):
+        assert_close(fast_layer, exact_layer)
+    for fast_state, exact_state in zip(fast.final_state, exact.final_state, strict=True):
+        assert_close(fast_state, exact_state)
+
+
+def bilm_leaves(config, lengths, initial_state, dtype=torch.float32, seed=1):
+    """Random tokens (padded positions too), the mask, and a zero or random initial state, all requiring grad."""
+    generator = torch.Generator().manual_seed(seed)
+    batch_size, steps = len(lengths), max(lengths)
+    mask = torch.arange(steps) < torch.tensor(lengths)[:, None]
+    tokens = torch.randn(batch_size, steps, config.projection_dim, generator=generator, dtype=dtype)
+    state_shape = (config.n_layers, 2, batch_size)
+    hidden = torch.zeros(*state_shape, config.projection_dim, dtype=dtype)
+    memory = torch.zeros(*state_shape, config.cell_dim, dtype=dtype)
+    if initial_state == "random":
+        hidden, memory = torch.randn_like(hidden), 3 * torch.randn_like(memory)
+    return mask, *(leaf.requires_grad_() for leaf in (tokens, hidden, memory))
+
+
+def bilm_with_weights_of_scale(config, scale, dtype=torch.float32, seed=0):
+    """An `ElmoBiLm` whose parameters are normal with std `scale`: large enough for memories and outputs to reach the
+    clips (at 1.0 the gates saturate, and float32 rounding grows too much for tight gradient comparisons)."""
+    torch.manual_seed(seed)
+    bilm = ElmoBiLm(config).to(dtype)
+    with torch.no_grad():
+        for parameter in bilm.parameters():
+            parameter.normal_(std=scale)
+    return bilm

@@ -27,7 +27,7 @@ def tiny_head(cls):
 @pytest.fixture(scope="module")
 def remote(tmp_path_factory):
     """Saved folders of every kind, and what the subprocess without hf_elmo computed from each (one interpreter)."""
-    from hf_elmo.conversion import convert, load_original
+    from hf_elmo.conversion_original import convert_original, load_original
 
     root = tmp_path_factory.mktemp("remote")
     tokenizer = ElmoTokenizer(max_characters_per_token=20)
@@ -41,7 +41,7 @@ def remote(tmp_path_factory):
         model.save_pretrained(root / name)
         tokenizer.save_pretrained(root / name)
     options, weights = write_original_checkpoint(root / "original", tiny_config(), seed=3)
-    convert(options, weights, root / "converted")
+    convert_original(options, weights, root / "converted")
     models["converted"] = load_original(options, weights)
 
     jobs = [

@@ -10,7 +10,8 @@ import torch
 from conftest import convert_args, random_original_arrays, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.conversion import ElmoConversionError, convert, export, load_original, resolve_file
+from hf_elmo.conversion_original import convert_original, export_original, load_original, resolve_file
+from hf_elmo.errors import ElmoConversionError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -38,7 +39,7 @@ def run_script(name, *args):
 
 
 def test_converted_folder_loads_and_matches(fixture_dir, fixture_model, tmp_path):
-    output = convert(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", tmp_path / "elmo")
+    output = convert_original(fixture_dir / "options.json", fixture_dir / "lm_weights.hdf5", tmp_path / "elmo")
     assert {p.name for p in output.iterdir()} >= {
         "README.md",
         "config.json",
@@ -84,10 +85,10 @@ def test_scripts_round_trip_the_fixture_bit_exact(fixture_dir, tmp_path):
 def test_random_checkpoints_round_trip_bit_exact(overrides, tmp_path):
     config = tiny_config(**overrides)
     options_file, weight_file = write_original_checkpoint(tmp_path / "original", config, seed=7)
-    convert(options_file, weight_file, tmp_path / "hf")
+    convert_original(options_file, weight_file, tmp_path / "hf")
     assert ElmoModel.from_pretrained(tmp_path / "hf").config.to_original_options() == config.to_original_options()
     assert ElmoTokenizer.from_pretrained(tmp_path / "hf").max_characters_per_token == config.max_characters_per_token
-    export(tmp_path / "hf", tmp_path / "back")
+    export_original(tmp_path / "hf", tmp_path / "back")
     assert_same_bits(read_all(tmp_path / "back" / "weights.hdf5"), read_all(weight_file))
     reloaded = load_original(tmp_path / "back" / "options.json", tmp_path / "back" / "weights.hdf5")
     assert reloaded.config.to_original_options() == config.to_original_options()
@@ -95,7 +96,7 @@ def test_random_checkpoints_round_trip_bit_exact(overrides, tmp_path):
 
 def test_export_widens_reduced_precision_to_float32(tmp_path):
     model = ElmoModel(tiny_config()).to(torch.bfloat16)
-    exported = export(model, tmp_path / "bf16")  # widening to float32 is exact
+    exported = export_original(model, tmp_path / "bf16")  # widening to float32 is exact
     assert read_all(exported / "weights.hdf5")["char_embed"].dtype == np.float32
 
 
@@ -105,7 +106,7 @@ def test_shape_mismatch_names_the_dataset_and_writes_nothing(tmp_path):
     arrays["CNN_proj/W_proj"] = np.zeros((20, 9), np.float32)
     options_file, weight_file = write_original_checkpoint(tmp_path / "original", config, arrays=arrays)
     with pytest.raises(ElmoConversionError, match=r"'CNN_proj/W_proj' has shape \(20, 9\)"):
-        convert(options_file, weight_file, tmp_path / "out")
+        convert_original(options_file, weight_file, tmp_path / "out")
     assert not (tmp_path / "out").exists()
     assert [p.name for p in tmp_path.iterdir()] == ["original"]  # no staging folder left behind
 
@@ -124,16 +125,16 @@ def test_truncated_and_foreign_files(tmp_path):
     truncated = tmp_path / "truncated.hdf5"
     truncated.write_bytes(weight_file.read_bytes()[:2000])
     with pytest.raises(ElmoConversionError, match="not a readable HDF5 file"):
-        convert(options_file, truncated, tmp_path / "out")
+        convert_original(options_file, truncated, tmp_path / "out")
     foreign = tmp_path / "foreign.hdf5"
     with h5py.File(foreign, "w") as handle:
         handle.create_dataset("model/layer_1/kernel", data=np.zeros((3, 3), np.float32))
     with pytest.raises(ElmoConversionError, match="no dataset 'char_embed'"):
-        convert(options_file, foreign, tmp_path / "out")
+        convert_original(options_file, foreign, tmp_path / "out")
     with pytest.raises(ElmoConversionError, match="not a readable options.json"):
-        convert(weight_file, weight_file, tmp_path / "out")
+        convert_original(weight_file, weight_file, tmp_path / "out")
     with pytest.raises(ElmoConversionError, match="no such file"):
-        convert(tmp_path / "missing.json", weight_file, tmp_path / "out")
+        convert_original(tmp_path / "missing.json", weight_file, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
@@ -143,15 +144,15 @@ def test_existing_output_is_kept_unless_overwrite(tmp_path):
     target.mkdir()
     (target / "keep.txt").write_text("mine")
     with pytest.raises(ElmoConversionError, match="not empty"):
-        convert(options_file, weight_file, target)
+        convert_original(options_file, weight_file, target)
     assert (target / "keep.txt").read_text() == "mine"
-    convert(options_file, weight_file, target, overwrite=True)
+    convert_original(options_file, weight_file, target, overwrite=True)
     assert not (target / "keep.txt").exists() and (target / "model.safetensors").is_file()
 
 
 def test_export_refuses_a_folder_that_is_not_a_model(tmp_path):
     with pytest.raises(ElmoConversionError, match="not an hf_elmo model folder"):
-        export(tmp_path, tmp_path / "out")
+        export_original(tmp_path, tmp_path / "out")
 
 
 def test_unreachable_url_gives_a_clear_error(tmp_path):

@@ -28,8 +28,9 @@ from transformers import AutoModel, AutoTokenizer
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
-from hf_elmo.conversion import ElmoConversionError, export
 from hf_elmo.conversion_elmoformanylangs import convert_elmoformanylangs, read_dic
+from hf_elmo.conversion_original import export_original
+from hf_elmo.errors import ElmoConversionError
 from hf_elmo.modeling_elmo import word_positions
 from hf_elmo.tokenization_elmo import WORD_INPUT_VOCAB_FILE
 
@@ -328,7 +329,7 @@ def test_hf_elmo_embed_on_a_converted_folder(release, tmp_path):
 def test_export_to_bilm_tf_is_refused(release, tmp_path):
     _, converted = release
     with pytest.raises(ElmoConversionError, match="bilm-tf's format cannot hold this model"):
-        export(converted, tmp_path / "exported")
+        export_original(converted, tmp_path / "exported")
     assert not (tmp_path / "exported").exists()
 
 

@@ -16,7 +16,7 @@ import torch
 from conftest import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, tiny_config, torch_threads
 from transformers import EvalPrediction
 
-from hf_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, modeling_elmo
+from hf_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, kernels_cpu_products, modeling_elmo
 from hf_elmo.modeling_elmo import ElmoForPreTraining
 from hf_elmo.pretraining import build_word_vocab, direction_nll_sums, main, perplexity_metrics
 
@@ -155,7 +155,7 @@ def test_fast_training_path_gives_the_reference_loss_and_gradients(vocab_tokeniz
 
 
 @pytest.mark.skipif(not torch.backends.mkldnn.is_available(), reason="needs a torch built with oneDNN")
-def test_fast_training_path_follows_the_trainers_fused_optimizer(vocab_tokenizer):
+def test_fast_training_path_follows_the_trainers_fused_optimizer(vocab_tokenizer, monkeypatch):
     """
     Several steps of the Trainer's default optimizer (fused AdamW, which writes the weights without bumping their
     version counter) give the reference path's losses: the recurrence never reads a stale prepacked copy of a kernel.
@@ -166,7 +166,7 @@ def test_fast_training_path_follows_the_trainers_fused_optimizer(vocab_tokenizer
     for implementation in ("reference", "auto"):
         model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).train()
         model.config.recurrence_implementation = implementation
-        model.config.cpu_matmul = "onednn"  # the prepacked copies, whatever this machine would choose
+        monkeypatch.setattr(kernels_cpu_products, "fastest_float32_library", lambda *shape: "onednn")
         optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
         losses[implementation] = []
         for step, batch in enumerate(batches):
@@ -419,14 +419,14 @@ def test_metrics_count_unk_words():
 
 
 def test_pretrained_folder_loads_exports_and_reloads_identically(pretrained_folder, tmp_path):
-    from hf_elmo.conversion import export, load_original
+    from hf_elmo.conversion_original import export_original, load_original
 
     folder = pretrained_folder[0]
     pretraining = ElmoForPreTraining.from_pretrained(folder).eval()
     model = ElmoModel.from_pretrained(folder).eval()
     classifier = ElmoForSequenceClassification.from_pretrained(folder, num_labels=2).eval()
     tokenizer = ElmoTokenizer.from_pretrained(folder)
-    export(folder, tmp_path / "original")
+    export_original(folder, tmp_path / "original")
     reloaded = load_original(tmp_path / "original" / "options.json", tmp_path / "original" / "weights.hdf5")
 
     batch = tokenizer(["w0 w3 w6", "w9 w12 w15 w18 w21"], padding=True, return_tensors="pt")

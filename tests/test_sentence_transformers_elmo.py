@@ -10,9 +10,9 @@ import torch
 from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
-from hf_elmo.conversion import convert
+from hf_elmo.conversion_original import convert_original
 from hf_elmo.pretraining import main as pretraining_main
-from hf_elmo.sentence_transformers_folder import ENCODER_CLASS
+from hf_elmo.sentence_transformers_files import ENCODER_CLASS
 
 pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
@@ -146,7 +146,7 @@ def test_layer_weights_and_max_seq_length_apply_and_survive_save(tmp_path, tiny_
 
 def test_converted_and_pre_training_folders_load(tmp_path):
     options, weights = write_original_checkpoint(tmp_path / "original", tiny_config(), seed=3)
-    convert(options, weights, tmp_path / "converted")
+    convert_original(options, weights, tmp_path / "converted")
     # Two steps of hf-elmo pretrain on learned characters: its output folder as the Trainer saves it.
     text = ["배가 고프다", "배를 타고 여행을 가다", "배를 깎아 먹었다", "a b c"] * 4
     for name in ("train.txt", "valid.txt"):

@@ -271,3 +271,27 @@ def test_a_missing_path_is_an_error(tmp_path, monkeypatch):
     assert ElmoTokenizer.from_pretrained(tmp_path / "saved").max_characters_per_token == 20
     (tmp_path / "no-tokenizer-files").mkdir()  # a folder without tokenizer files gives the default tokenizer
     assert ElmoTokenizer.from_pretrained(tmp_path / "no-tokenizer-files").max_characters_per_token == 50
+
+
+@pytest.mark.parametrize("return_tensors", ["pt", "np"])
+def test_tokenizer_tensors_equal_its_lists(return_tensors):
+    """The direct numpy conversion of padded batches gives what transformers' generic conversion gives."""
+    import numpy as np
+    from transformers import BatchEncoding
+
+    from hf_elmo import ElmoTokenizer
+
+    tokenizer = ElmoTokenizer(max_characters_per_token=20)
+    words = [["a", "longer", "sentence", "é"], ["short"], ["x"] * 7]
+    pairs = [["b"], ["c", "d"], ["e"]]
+    for kwargs in ({}, {"text_pair": pairs, "return_length": True}, {"padding": "max_length", "max_length": 12}):
+        kwargs = {"padding": True, **kwargs}
+        lists = tokenizer(words, is_split_into_words=True, **kwargs)
+        tensors = tokenizer(words, is_split_into_words=True, return_tensors=return_tensors, **kwargs)
+        generic = BatchEncoding(dict(lists), tensor_type=return_tensors)
+        assert sorted(tensors.keys()) == sorted(generic.keys())
+        for key in generic:
+            assert type(tensors[key]) is type(generic[key])
+            assert tensors[key].dtype == generic[key].dtype
+            assert np.array_equal(np.asarray(tensors[key]), np.asarray(generic[key]))
+        assert tensors.word_ids(1) == lists.word_ids(1)

@@ -1,18 +1,15 @@
 """Converting the original ELMo format (bilm-tf and AllenNLP: `options.json` + `weights.hdf5`) to and from hf_elmo
-model folders, and what every converter shares: output folders that appear whole or not at all, and the Hub upload.
+model folders: `hf-elmo convert` / `hf-elmo export` with `--format original`.
 
 Conversion is one module per source format: this one for the original format, whose array mapping lives apart in
 `weight_mapping.py` (pure functions, each the inverse of the other), and `conversion_elmoformanylangs.py` for
-ELMoForManyLangs releases. The command line is `hf-elmo convert` and `hf-elmo export` (`cli.py`), which the scripts
-in the repository's `conversion/` folder run under their own names; the cards written are `model_cards/*.md`, filled
-by `model_card.py`. This module does the I/O around the mapping: downloads, HDF5 reading and writing, folders.
+ELMoForManyLangs releases. The command line is in `cli.py`, which the scripts in the repository's `conversion/`
+folder run under their own names; folders are written by `folders.py`, cards from `model_cards/*.md` by
+`model_card.py`. This module does the I/O around the mapping: downloads, HDF5 reading and writing.
 """
 
-import contextlib
 import json
 import os
-import shutil
-import tempfile
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,6 +18,8 @@ import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
+from .errors import ElmoConversionError
+from .folders import atomic_directory
 from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -30,10 +29,6 @@ from .weight_mapping import original_to_state_dict, state_dict_to_original
 ORIGINAL_ELMO_URL = "https://s3-us-west-2.amazonaws.com/allennlp/models/elmo/2x4096_512_2048cnn_2xhighway/"
 ORIGINAL_OPTIONS_URL = ORIGINAL_ELMO_URL + "elmo_2x4096_512_2048cnn_2xhighway_options.json"
 ORIGINAL_WEIGHTS_URL = ORIGINAL_ELMO_URL + "elmo_2x4096_512_2048cnn_2xhighway_weights.hdf5"
-
-
-class ElmoConversionError(Exception):
-    """An original checkpoint or model folder that cannot be converted; the message says why."""
 
 
 def _h5py():
@@ -139,46 +134,10 @@ def count_round_trip_mismatches(model: ElmoModel, arrays: dict[str, np.ndarray])
     return sum(name not in back or back[name].tobytes() != array.tobytes() for name, array in arrays.items())
 
 
-def apply_umask(folder: Path):
-    """
-    Gives `folder` and everything in it the permissions `mkdir` and `open` would: `mkdtemp` makes folders 700 and
-    transformers writes `model.safetensors` as 600, which would keep other users of a shared machine out.
-    """
-    umask = os.umask(0)
-    os.umask(umask)
-    for path in [folder, *folder.rglob("*")]:
-        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
-
-
-@contextlib.contextmanager
-def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
-    """
-    Yields a temporary folder beside `output_dir` that becomes `output_dir` only if the block succeeds; on any
-    error it is removed and `output_dir` is left as it was.
-    """
-    output_dir = Path(output_dir)
-    if output_dir.exists() and not output_dir.is_dir():
-        raise ElmoConversionError(f"{output_dir} exists and is not a folder")
-    if output_dir.is_dir() and any(output_dir.iterdir()) and not overwrite:
-        raise ElmoConversionError(
-            f"{output_dir} exists and is not empty (pass --overwrite, or overwrite=True, to replace it)"
-        )
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
-    try:
-        yield staging
-        apply_umask(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-
-
 # -- original -> hf_elmo ----------------------------------------------------------------------------------------------
 
 
-def convert(
+def convert_original(
     options_file,
     weight_file,
     output_dir,
@@ -214,23 +173,10 @@ def convert(
     return Path(output_dir)
 
 
-def push_to_hub(folder, repo_id: str, private: bool = False) -> str:
-    """Creates `repo_id` (if needed) and uploads `folder` with the standard Hub API; returns the commit URL."""
-    from huggingface_hub import HfApi
-
-    api = HfApi()
-    api.create_repo(repo_id, private=private, exist_ok=True)
-    return str(
-        api.upload_folder(
-            folder_path=str(folder), repo_id=repo_id, commit_message="Upload ELMo converted with hf_elmo"
-        )
-    )
-
-
 # -- hf_elmo -> original ----------------------------------------------------------------------------------------------
 
 
-def export(model_dir, output_dir, overwrite: bool = False) -> Path:
+def export_original(model_dir, output_dir, overwrite: bool = False) -> Path:
     """Writes `options.json` + `weights.hdf5` in the original layout from a model folder (or an `ElmoModel`)."""
     model = model_dir if isinstance(model_dir, ElmoModel) else _load_model_folder(model_dir)
     state_dict = {
@@ -261,4 +207,4 @@ def _load_model_folder(model_dir) -> ElmoModel:
     return model.eval()
 
 
-__all__ = ["convert", "export", "load_original", "push_to_hub", "resolve_file", "ElmoConversionError"]
+__all__ = ["convert_original", "export_original", "load_original", "resolve_file"]

@@ -7,7 +7,7 @@ import pytest
 from conftest import tiny_config
 
 from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoModel, bundled_model_path
-from hf_elmo.sentence_transformers_folder import SENTENCE_TRANSFORMERS_FILES
+from hf_elmo.sentence_transformers_files import SENTENCE_TRANSFORMERS_FILES
 
 
 def written_files(folder: Path) -> dict[str, object]:

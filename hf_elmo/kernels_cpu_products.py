@@ -1,0 +1,211 @@
+"""
+The matrix products of the fast CPU recurrence (`kernels_lstm_inference`, `kernels_lstm_training`): for each kernel
+and row count, the library that multiplies fastest on this machine, measured once per CPU model, thread count, torch
+version and shape and kept in a cache file ([`choices_file`]), or int8 where `config.cpu_matmul` asks for it.
+
+A product is a function `(x, out, accumulate)` writing `x @ kernel` into `out` (or adding it); the libraries are
+torch's own `mm` ("blas"), oneDNN's linear on a prepacked copy of the kernel ("onednn"), and PyTorch's dynamic int8
+quantisation ("int8", inference only). Prepacked and quantised copies are made once per kernel and again only after
+its weights change ([`prepared_products`]).
+"""
+
+import functools
+import json
+import os
+import platform
+import tempfile
+import time
+import warnings
+import weakref
+from collections.abc import Callable, Iterable
+from pathlib import Path
+
+import torch
+from torch import nn
+
+# A product `x @ kernel` written into `out`, or added to it when `accumulate`.
+Product = Callable[[torch.Tensor, torch.Tensor, bool], None]
+
+
+def blas_product(kernel: torch.Tensor) -> Product:
+    """`torch.mm` on the `(in, out)` kernel itself: no copy."""
+
+    def product(x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
+        if accumulate:
+            out.addmm_(x, kernel)
+        else:
+            torch.mm(x, kernel, out=out)
+
+    return product
+
+
+def onednn_product(kernel: torch.Tensor) -> Product:
+    """oneDNN's linear on a copy of the kernel prepacked in its own layout (as `torch.compile` does on CPU)."""
+    packed = torch.ops.mkldnn._reorder_linear_weight(kernel.t().contiguous())
+
+    def product(x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
+        result = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        out.add_(result) if accumulate else out.copy_(result)
+
+    return product
+
+
+def int8_product(kernel: torch.Tensor) -> Product:
+    """
+    Reduced precision: the kernel quantised to int8 per output column (symmetric, scale `max |w| / 127`), each call's
+    `x` quantised on the fly, products accumulated in int32 and rescaled to float32 (PyTorch's dynamic quantisation,
+    as `torch.ao.quantization.quantize_dynamic` applies to `nn.Linear`).
+    """
+    weight = kernel.t().contiguous()  # (out, in): one scale per output
+    scales = weight.abs().amax(dim=1).clamp_min(torch.finfo(torch.float32).tiny) / 127
+    with warnings.catch_warnings():
+        # PyTorch marks quantised tensors as deprecated in favour of torchao; their CPU int8 products are still the
+        # ones shipped with torch, and this is their only use here.
+        warnings.simplefilter("ignore")
+        quantized = torch.quantize_per_channel(
+            weight, scales.double(), torch.zeros_like(scales, dtype=torch.long), 0, torch.qint8
+        )
+    packed = torch.ops.quantized.linear_prepack(quantized, None)
+
+    def product(x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
+        # `reduce_range`: 7-bit inputs, so that x86's 8-bit multiply-adds cannot saturate.
+        result = torch.ops.quantized.linear_dynamic(x, packed, True)
+        out.add_(result) if accumulate else out.copy_(result)
+
+    return product
+
+
+PRODUCTS = {"blas": blas_product, "onednn": onednn_product, "int8": int8_product}
+# Products prepared from each kernel, by library, under the kernel's `id` while it lives (tensors compare by value,
+# so they cannot be weak dictionary keys themselves).
+_prepared: dict[int, tuple[tuple[int, int, float], dict[str, Product]]] = {}
+
+
+def prepared_products(kernel: torch.Tensor, libraries: set[str]) -> dict[str, Product]:
+    """
+    `PRODUCTS[library]` of `kernel` for each of `libraries`. Copies (prepacked, quantised) are made once and again
+    only after the kernel is written to or replaced; torch's own product reads the kernel itself.
+    """
+    if libraries == {"blas"}:
+        return {"blas": blas_product(kernel.detach())}
+    # The version counter alone misses writes: fused optimizers (the Trainer's default AdamW) and `.data` update a
+    # tensor in place without bumping it, and a stale copy would silently keep the old weights. The sum catches them;
+    # it reads the kernel once per call, where every step of the recurrence reads it again.
+    identity = (kernel.data_ptr(), kernel._version, kernel.detach().sum().item())
+    cached = _prepared.get(id(kernel))
+    if cached is None:
+        weakref.finalize(kernel, _prepared.pop, id(kernel), None)
+    if cached is None or cached[0] != identity:
+        cached = _prepared[id(kernel)] = (identity, {})
+    products = cached[1]
+    for library in libraries - products.keys():
+        products[library] = PRODUCTS[library](kernel.detach())
+    return products
+
+
+def row_bucket(rows: int) -> int:
+    """The power of two a product of `rows` rows is measured at: rows vary from step to step as sentences end."""
+    return 1 << (rows - 1).bit_length()
+
+
+def choices_file() -> Path:
+    """Where measured choices are kept: `$HF_ELMO_CACHE`, else `$XDG_CACHE_HOME/hf_elmo` or `~/.cache/hf_elmo`."""
+    default = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "hf_elmo"
+    return Path(os.environ.get("HF_ELMO_CACHE", default)) / "cpu_matmul_choices.json"
+
+
+@functools.cache
+def cpu_model() -> str:
+    """The CPU's model name (what decides which library is fastest), e.g. "AMD EPYC 7B13"; read once per process."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def time_product(product: Product, x: torch.Tensor, out: torch.Tensor, calls: int = 3, rounds: int = 5) -> float:
+    """The best of `rounds` timings of `calls` products, after one to warm up."""
+    product(x, out, True)
+    best = float("inf")
+    for _ in range(rounds):
+        began = time.perf_counter()
+        for _ in range(calls):
+            product(x, out, True)
+        best = min(best, time.perf_counter() - began)
+    return best
+
+
+_choices: dict[str, str] | None = None  # the choices file's contents, read once
+
+
+def fastest_float32_library(in_dim: int, out_dim: int, rows: int) -> str:
+    """
+    "blas" or "onednn", whichever multiplies `(rows, in_dim) @ (in_dim, out_dim)` faster here, from the choices file
+    if this CPU model, thread count, torch version and shape are in it; else timed now, on a random kernel, and
+    added to the file. "onednn" must be 5% faster to be chosen: its prepacked copy costs memory. A file that cannot
+    be read or written only means measuring again.
+    """
+    global _choices
+    path = choices_file()
+    if _choices is None:
+        try:
+            _choices = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            _choices = {}
+    key = (
+        f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
+        f"({rows}, {in_dim}) @ ({in_dim}, {out_dim})"
+    )
+    if key not in _choices:
+        if not torch.backends.mkldnn.is_available():
+            _choices[key] = "blas"
+        else:
+            generator = torch.Generator().manual_seed(0)
+            kernel = torch.randn(in_dim, out_dim, generator=generator) / in_dim**0.5
+            x, out = torch.randn(rows, in_dim, generator=generator), torch.zeros(rows, out_dim)
+            blas, onednn = (time_product(PRODUCTS[name](kernel), x, out) for name in ("blas", "onednn"))
+            _choices[key] = "onednn" if onednn < 0.95 * blas else "blas"
+        try:  # written whole, then renamed: a reader never sees half a file
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
+                json.dump(_choices, handle, indent=1, sort_keys=True)
+            os.replace(handle.name, path)
+        except OSError:
+            pass
+    return _choices[key]
+
+
+def step_products(
+    module: nn.Module, kernel: torch.Tensor, row_counts: Iterable[int], quantizable: bool = True
+) -> dict[int, Product]:
+    """
+    For each of `row_counts`, the product `(rows, in) @ kernel` of the fast recurrence of `module`, by the library its
+    `config.cpu_matmul` names ("auto": the float32 library measured fastest here for that shape). Off the CPU, or for
+    kernels in another precision than float32, torch's own ("blas"): the choices are CPU float32 libraries.
+
+    "int8" quantises only `quantizable` products: inference's recurrent and projection products, whose weights are
+    streamed again at every step. The input products, one per chunk of steps, stay float32: they are a small share of
+    the time where int8 pays (small batches), and most of its error (the inputs of a whole chunk share one scale).
+    Training's products are never quantised: int8 is an inference mode.
+    """
+    libraries = {rows: step_library(module, kernel, rows, quantizable) for rows in row_counts}
+    products = prepared_products(kernel, set(libraries.values()))
+    return {rows: products[library] for rows, library in libraries.items()}
+
+
+def step_library(module: nn.Module, kernel: torch.Tensor, rows: int, quantizable: bool) -> str:
+    """The library of [`step_products`] for `rows` rows."""
+    choice = module.config.cpu_matmul
+    if kernel.device.type != "cpu" or kernel.dtype != torch.float32:
+        if choice == "int8":
+            raise ValueError(
+                f"cpu_matmul='int8' runs float32 kernels on the CPU; this model's are "
+                f"{kernel.dtype} on {kernel.device.type}: set cpu_matmul='auto'"
+            )
+        return "blas"
+    if choice == "int8" and quantizable:
+        return "int8"
+    return fastest_float32_library(*kernel.shape, row_bucket(rows))

@@ -1,0 +1,134 @@
+"""
+The inference recurrence (`lstm_layer_in_place`) against the reference recurrence of `modeling_elmo`
+(`lstm_layer_reference`), fp32 within `FLOAT32_TOLERANCE`: padded batches, initial state, chunks of steps, repeated
+words, long sentences in windows, and the fixture checkpoint.
+"""
+
+import pytest
+import torch
+from conftest import (
+    assert_outputs_match,
+    random_batch,
+    random_state,
+    run_model,
+    tiny_config,
+)
+
+from hf_elmo import ElmoModel, kernels_lstm_inference
+from hf_elmo.kernels_lstm_inference import gate_chunks
+
+
+@pytest.mark.parametrize(
+    "config_overrides",
+    [{}, {"cell_clip": None, "proj_clip": None}, {"projection_dim": 16, "use_skip_connections": False}],
+    ids=["projected-clipped", "unclipped", "unprojected"],
+)
+@pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2]], ids=["batch1", "padded"])
+def test_fast_recurrence_matches_reference(config_overrides, lengths, monkeypatch):
+    torch.manual_seed(0)
+    config = tiny_config(**config_overrides)
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, lengths)
+    initial_state = random_state(config, len(lengths))
+    for state in (None, initial_state):
+        exact = run_model(model, input_ids, mask, False, monkeypatch, state)
+        fast = run_model(model, input_ids, mask, True, monkeypatch, state)
+        assert_outputs_match(fast, exact)
+        assert torch.all(fast.last_hidden_state[~mask.bool()] == 0)
+
+
+@pytest.mark.parametrize("chunk_rows", [1, 3, 7])
+def test_fast_recurrence_in_chunks_of_steps(chunk_rows, monkeypatch):
+    """Input gates computed a few steps at a time, including steps with more rows than a chunk holds."""
+    monkeypatch.setattr(kernels_lstm_inference, "GATE_CHUNK_ROWS", chunk_rows)
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
+    initial_state = random_state(config, 5)
+    exact = run_model(model, input_ids, mask, False, monkeypatch, initial_state)
+    fast = run_model(model, input_ids, mask, True, monkeypatch, initial_state)
+    assert_outputs_match(fast, exact)
+
+
+@pytest.mark.parametrize(
+    "step_starts, max_rows, chunks",
+    [
+        ([0, 5, 9, 12, 14, 15], 7, [(0, 1), (1, 3), (3, 5)]),
+        ([0, 5, 9, 12, 14, 15], 100, [(0, 5)]),
+        ([0, 5, 9, 12, 14, 15], 1, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]),
+        ([0, 2, 4, 6], 4, [(0, 2), (2, 3)]),
+        ([0], 4, []),
+    ],
+)
+def test_gate_chunks(step_starts, max_rows, chunks):
+    assert gate_chunks(step_starts, max_rows) == chunks
+
+
+def test_fast_recurrence_with_repeated_words(monkeypatch):
+    """The first layer projects each distinct word once; positions sharing a word must still get their own gates."""
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    words, _ = random_batch(config, [3], seed=2)  # three distinct words
+    choices = torch.tensor([[0, 1, 0, 2, 1, 0], [2, 2, 0, 1, 0, 0], [1, 0, 2, 0, 0, 0]])
+    mask = torch.tensor([[1, 1, 1, 1, 1, 1], [1, 1, 1, 1, 0, 0], [1, 1, 1, 0, 0, 0]])
+    input_ids = words[0][choices] * mask[..., None]
+    fast = run_model(model, input_ids, mask, True, monkeypatch)
+    exact = run_model(model, input_ids, mask, False, monkeypatch)
+    assert_outputs_match(fast, exact)
+    assert not torch.equal(fast.last_hidden_state[0, 0], fast.last_hidden_state[0, 2])  # same word, new context
+
+
+def test_fast_recurrence_on_a_long_sentence_with_state_carried_across_windows(monkeypatch):
+    torch.manual_seed(0)
+    config = tiny_config(projection_dim=32, cell_dim=64)
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [300, 120])
+    state = {True: None, False: None}
+    for window in range(0, 300, 100):
+        window_ids, window_mask = input_ids[:, window : window + 100], mask[:, window : window + 100]
+        outputs = {
+            fast: run_model(model, window_ids, window_mask, fast, monkeypatch, state[fast]) for fast in (True, False)
+        }
+        assert_outputs_match(outputs[True], outputs[False])
+        state = {fast: output.final_state for fast, output in outputs.items()}
+    whole = {fast: run_model(model, input_ids, mask, fast, monkeypatch) for fast in (True, False)}
+    assert_outputs_match(whole[True], whole[False])
+
+
+def test_fast_recurrence_rows_without_valid_positions_keep_their_initial_state(monkeypatch):
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [5, 5])
+    input_ids[1], mask[1] = 0, 0
+    hidden, memory = random_state(config, 2)
+    fast = run_model(model, input_ids, mask, True, monkeypatch, (hidden, memory))
+    assert torch.equal(fast.final_state[0][:, :, 1], hidden[:, :, 1])
+    assert torch.equal(fast.final_state[1][:, :, 1], memory[:, :, 1])
+    assert fast.last_hidden_state[1].abs().max() == 0
+
+
+def test_fast_recurrence_leaves_its_arguments_untouched(monkeypatch):
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [6, 3, 5])
+    hidden, memory = random_state(config, 3)
+    copies = hidden.clone(), memory.clone()
+    run_model(model, input_ids, mask, True, monkeypatch, (hidden, memory))
+    assert torch.equal(hidden, copies[0]) and torch.equal(memory, copies[1])
+
+
+def test_fast_recurrence_on_fixture_checkpoint(fixture_model, fixture_sentences, monkeypatch):
+    """The released-format test checkpoint, real sentences, batch of 10 with padding."""
+    from hf_elmo import ElmoTokenizer
+
+    tokenizer = ElmoTokenizer(max_characters_per_token=fixture_model.config.max_characters_per_token)
+    encoded = tokenizer(
+        [s.split() for s in fixture_sentences[0]], is_split_into_words=True, padding=True, return_tensors="pt"
+    )
+    exact = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], False, monkeypatch)
+    fast = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], True, monkeypatch)
+    assert_outputs_match(fast, exact)
