@@ -26,8 +26,10 @@ from conftest import (
     write_original_checkpoint,
 )
 
+import hf_elmo_launcher
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
+from hf_elmo.configuration_elmo import CPU_MATMULS
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,8 +46,45 @@ def model(model_dir) -> ElmoModel:
 
 def test_console_script_is_declared():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["hf-elmo"] == "hf_elmo.cli:main"
-    assert callable(main)
+    assert scripts["hf-elmo"] == "hf_elmo_launcher:main"
+    assert main is hf_elmo_launcher.main  # `python -m hf_elmo.cli` is the same command
+    # The launcher names the choices of --cpu-matmul without importing the config module that checks them.
+    assert hf_elmo_launcher.CPU_MATMULS == CPU_MATMULS
+
+
+def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path):
+    """`import hf_elmo` takes seconds (it registers with the Auto classes); what needs no model must not pay them."""
+    probe = textwrap.dedent("""
+        import sys
+        from hf_elmo_launcher import main
+        try:
+            code = main(sys.argv[1:])
+        except SystemExit as exit:
+            code = exit.code
+        loaded = sorted({name.split(".")[0] for name in sys.modules} & {"torch", "transformers", "hf_elmo"})
+        print(code, *loaded, file=sys.stderr)
+    """)
+    runs = {
+        "--help": "0",
+        "embed --help": "0",
+        "convert --help": "0",
+        "export --help": "0",
+        "info --help": "0",
+        "embed model in.txt out.h5": "2",  # no layer option
+        f"embed model {tmp_path / 'missing.txt'} out.h5 --top": "1",
+        f"info {tmp_path / 'missing'}": "1",
+        f"export --model-dir {tmp_path / 'missing'} --output-dir {tmp_path / 'out'}": "1",
+    }
+    for argv, code in runs.items():
+        result = subprocess.run(
+            [sys.executable, "-c", probe, *argv.split()],
+            capture_output=True,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            timeout=60,
+        )
+        assert result.stderr.splitlines()[-1] == code, (argv, result.stderr)
+    assert not (tmp_path / "out").exists()
 
 
 def test_embed_all_matches_model_in_allennlp_layout(model_dir, model, tmp_path):
