@@ -1,6 +1,13 @@
 """ELMo configuration: every option of the original `options.json`, and of ELMoForManyLangs' models."""
 
-from transformers import PretrainedConfig
+import difflib
+import functools
+import inspect
+import numbers
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+from transformers import GenerationConfig, PretrainedConfig
 from transformers.utils import logging
 
 from .alphabet_elmo import CharacterAlphabet
@@ -63,8 +70,7 @@ class ElmoConfig(PretrainedConfig):
     model, not what the model computes, so they are never written to `config.json` (as transformers leaves out
     `attn_implementation`) and a loaded model runs with "auto" unless told otherwise. Choose them when loading
     (`ElmoModel.from_pretrained(folder, cpu_matmul="int8")`) or on a loaded model's config
-    (`model.config.cpu_matmul = "int8"`); both are checked against the allowed values. A `config.json` written by
-    earlier versions, which saved them, is read without them (with a warning where it held another value than "auto").
+    (`model.config.cpu_matmul = "int8"`); both are checked against the allowed values.
 
     Models trained by other code (ELMoForManyLangs) also set:
 
@@ -107,7 +113,13 @@ class ElmoConfig(PretrainedConfig):
 
     transformers' standard names: `num_hidden_layers` is `n_layers` (so a model returns `num_hidden_layers + 1`
     hidden states), `hidden_size` is `2 * projection_dim` (read-only; a value given by another model type's config
-    is ignored); other keys such configs write are kept as plain attributes and unused.
+    is ignored).
+
+    Every field is checked whenever it is set (here, by `from_pretrained(folder, n_layers=...)` or on a loaded config)
+    against its type and range (`FIELD_RULES`), and the fields together against each other
+    (`refuse_invalid_fields`), each refusal a one-line `ValueError` naming the field. A key that is neither a field nor
+    one transformers writes or reads is kept as a plain attribute, unused, and named in one warning (with the field
+    it is closest to, when one is).
     """
 
     model_type = "elmo"
@@ -155,8 +167,9 @@ class ElmoConfig(PretrainedConfig):
         n_layers = kwargs.pop("num_hidden_layers", n_layers)
         # Derived from projection_dim: a config.json saved by another model type may carry its own.
         kwargs.pop("hidden_size", None)
+        warn_about_unknown_keys(kwargs)
         self.char_embedding_dim = char_embedding_dim
-        self.filters = [list(f) for f in (ORIGINAL_FILTERS if filters is None else filters)]
+        self.filters = ORIGINAL_FILTERS if filters is None else filters
         self.n_highway = n_highway
         self.activation = activation
         self.n_characters = n_characters
@@ -167,13 +180,13 @@ class ElmoConfig(PretrainedConfig):
         self.cell_clip = cell_clip
         self.proj_clip = proj_clip
         self.use_skip_connections = use_skip_connections
-        self.forget_bias = float(forget_bias)
-        self.lstm_dropout = float(lstm_dropout)
+        self.forget_bias = forget_bias
+        self.lstm_dropout = lstm_dropout
         self.recurrence_implementation = recurrence_implementation
         self.cpu_matmul = cpu_matmul
         self.freeze_bilm = freeze_bilm
         self.mix_layer_norm = mix_layer_norm
-        self.mix_weights = None if mix_weights is None else [float(w) for w in mix_weights]
+        self.mix_weights = mix_weights
         self.mix_l2_coefficient = mix_l2_coefficient
         self.mix_dropout = mix_dropout
         self.concat_token_representation = concat_token_representation
@@ -185,7 +198,7 @@ class ElmoConfig(PretrainedConfig):
         self.word_vocab_size = word_vocab_size
         self.n_negative_samples = n_negative_samples
         self.char_vocab_size = char_vocab_size
-        self.char_markers = None if char_markers is None else dict(char_markers)
+        self.char_markers = char_markers
         self.word_input_vocab_size = word_input_vocab_size
         self.word_input_dim = word_input_dim
         self.highway_gate = highway_gate
@@ -193,39 +206,20 @@ class ElmoConfig(PretrainedConfig):
         refuse_invalid_fields(self)
         super().__init__(**kwargs)
 
-    @classmethod
-    def from_dict(cls, config_dict: dict, **kwargs) -> "ElmoConfig":
-        """As transformers' `from_dict` (which every `from_pretrained` reads a saved config through), minus the
-        machine settings earlier versions saved: keyword arguments still set them."""
-        # Stored values are not honoured: they were the choice of the machine that saved the folder (every such folder
-        # carries both, "auto" unless that machine changed them), and a stored "int8" or "onednn" would fail on a GPU
-        # or a torch without oneDNN, or change the numbers unasked ("int8"). The loading machine chooses, as for a
-        # folder saved now.
-        for key in MACHINE_SETTINGS:
-            if config_dict.get(key, "auto") != "auto" and key not in kwargs:
-                logger.warning(
-                    f"this config.json sets {key}={config_dict[key]!r}, a machine setting no longer read from saved "
-                    f"configs: pass {key}={config_dict[key]!r} to from_pretrained to use it"
-                )
-        config_dict = {key: value for key, value in config_dict.items() if key not in MACHINE_SETTINGS}
-        return super().from_dict(config_dict, **kwargs)
-
     def to_dict(self) -> dict:
         """As transformers' `to_dict` (which `save_pretrained` and `to_json_string` write), without the machine
         settings."""
         return {key: value for key, value in super().to_dict().items() if key not in MACHINE_SETTINGS}
 
     def __setattr__(self, key, value):
-        # Checked on every assignment: `from_pretrained(..., recurrence_implementation=...)` sets these after
-        # `__init__`.
+        # Checked on every assignment: `from_pretrained(..., n_layers=...)` sets fields after `__init__`.
+        key = self.attribute_map.get(key, key)
+        if key in FIELD_RULES:
+            value = FIELD_RULES[key].checked(key, value)
         if key == "recurrence_implementation" and value not in RECURRENCE_IMPLEMENTATIONS:
             raise ValueError(f"recurrence_implementation must be one of {RECURRENCE_IMPLEMENTATIONS}, got {value!r}")
         if key == "cpu_matmul" and value not in CPU_MATMULS:
             raise ValueError(f"cpu_matmul must be one of {CPU_MATMULS}, got {value!r}")
-        if key == "lstm_dropout" and not 0.0 <= value < 1.0:
-            raise ValueError(f"lstm_dropout must be in [0, 1), got {value!r}")
-        if key == "crf_constraint" and value is not None and value not in LABEL_SCHEMES:
-            raise ValueError(f"crf_constraint must be one of {tuple(LABEL_SCHEMES)} or None, got {value!r}")
         super().__setattr__(key, value)
 
     @property
@@ -298,6 +292,59 @@ class ElmoConfig(PretrainedConfig):
         }
 
 
+class FieldRule(NamedTuple):
+    """What a field accepts (`accepts`), what its refusal says it accepts (`allowed`), what is stored (`stored`)."""
+
+    accepts: Callable[[Any], bool]
+    allowed: str
+    stored: Callable[[Any], Any] = lambda value: value
+
+    def checked(self, name: str, value: Any) -> Any:
+        """The value to store in field `name`; a `ValueError` naming the field, the value and what is allowed."""
+        if not self.accepts(value):
+            raise ValueError(f"{name} must be {self.allowed}, got {value!r}")
+        return self.stored(value)
+
+
+def is_integer(value: Any) -> bool:
+    """An int (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float (numpy's too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def integer(minimum: int) -> FieldRule:
+    """An integer from `minimum` up, stored as a Python int."""
+    return FieldRule(lambda value: is_integer(value) and value >= minimum, f"an integer >= {minimum}", int)
+
+
+def optional(rule: FieldRule) -> FieldRule:
+    """`rule`, or None."""
+    return FieldRule(
+        lambda value: value is None or rule.accepts(value),
+        f"None or {rule.allowed}",
+        lambda value: None if value is None else rule.stored(value),
+    )
+
+
+def one_of(choices: tuple) -> FieldRule:
+    """One of `choices`."""
+    *others, last = map(repr, choices)
+    return FieldRule(lambda value: value in choices, f"{', '.join(others)} or {last}")
+
+
+def is_filter(pair: Any) -> bool:
+    """A `[width, n_filters]` pair of `filters`."""
+    return isinstance(pair, (list, tuple)) and len(pair) == 2 and all(is_integer(n) and n >= 1 for n in pair)
+
+
+BOOLEAN = FieldRule(lambda value: isinstance(value, bool), "True or False")
+FRACTION = FieldRule(lambda value: is_number(value) and 0 <= value < 1, "in [0, 1)", float)
+POSITIVE = FieldRule(lambda value: is_number(value) and value > 0, "a number > 0")
+
 FIELD_CHOICES = {
     "activation": ("relu", "tanh"),
     "n_characters": (261, 262),
@@ -305,33 +352,127 @@ FIELD_CHOICES = {
     "highway_gate": ("transform", "carry"),
 }
 
+# What each field accepts, checked whenever it is set (`ElmoConfig.__setattr__`); the machine settings are checked
+# there against their own lists, and how the fields fit together in `refuse_invalid_fields`.
+FIELD_RULES = {
+    **{name: one_of(choices) for name, choices in FIELD_CHOICES.items()},
+    "char_embedding_dim": integer(1),
+    "filters": FieldRule(
+        lambda value: isinstance(value, (list, tuple)) and len(value) > 0 and all(map(is_filter, value)),
+        "a non-empty list of [width, n_filters] pairs of integers >= 1",
+        lambda value: [[int(width), int(n_filters)] for width, n_filters in value],
+    ),
+    "n_highway": integer(0),
+    "max_characters_per_token": integer(3),
+    "projection_dim": integer(1),
+    "cell_dim": integer(1),
+    "n_layers": integer(1),
+    "cell_clip": optional(POSITIVE),
+    "proj_clip": optional(POSITIVE),
+    "use_skip_connections": BOOLEAN,
+    "forget_bias": FieldRule(is_number, "a number", float),
+    "lstm_dropout": FRACTION,
+    "freeze_bilm": BOOLEAN,
+    "mix_layer_norm": BOOLEAN,
+    "mix_weights": optional(
+        FieldRule(
+            lambda value: isinstance(value, (list, tuple)) and all(map(is_number, value)),
+            "a list of numbers, one per layer",
+            lambda value: [float(weight) for weight in value],
+        )
+    ),
+    "mix_l2_coefficient": FieldRule(lambda value: is_number(value) and value >= 0, "a number >= 0"),
+    "mix_dropout": FRACTION,
+    "concat_token_representation": BOOLEAN,
+    "task_lstm_dim": integer(0),
+    "pair_classification": BOOLEAN,
+    "use_crf": BOOLEAN,
+    "crf_constraint": FieldRule(
+        lambda value: value is None or value in LABEL_SCHEMES, f"one of {tuple(LABEL_SCHEMES)} or None"
+    ),
+    "word_vocab_size": optional(integer(2)),
+    "n_negative_samples": optional(integer(1)),
+    "char_vocab_size": optional(integer(1)),
+    "char_markers": optional(
+        FieldRule(
+            lambda value: (
+                isinstance(value, dict) and all(isinstance(k, str) and is_integer(i) for k, i in value.items())
+            ),
+            "a dict of marker roles to ids",
+            dict,
+        )
+    ),
+    "word_input_vocab_size": optional(integer(1)),
+    "word_input_dim": optional(integer(1)),
+    "always_project": BOOLEAN,
+}
+
 
 def refuse_invalid_fields(config: ElmoConfig) -> None:
-    """Raises a `ValueError` saying why, when no ELMo model can be built from `config`'s fields."""
-    for name, choices in FIELD_CHOICES.items():
-        if getattr(config, name) not in choices:
-            *others, last = map(repr, choices)
-            raise ValueError(f"{name} must be {', '.join(others)} or {last}, got {getattr(config, name)!r}")
-    filters, max_characters = config.filters, config.max_characters_per_token
-    if max_characters < 3:
-        raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters}")
-    if not filters or any(len(f) != 2 or f[0] < 1 or f[1] < 1 for f in filters):
-        raise ValueError(f"filters must be a non-empty list of [width, n_filters] pairs, got {filters!r}")
-    if max(width for width, _ in filters) > max_characters:
+    """Raises a `ValueError` saying why, when the fields, each allowed alone, build no ELMo model together."""
+    if max(width for width, _ in config.filters) > config.max_characters_per_token:
         raise ValueError("a filter is wider than max_characters_per_token")
     if config.projection_dim > config.cell_dim:
         raise ValueError(f"projection_dim ({config.projection_dim}) cannot exceed cell_dim ({config.cell_dim})")
-    if config.n_layers < 1:
-        raise ValueError(f"n_layers must be at least 1, got {config.n_layers}")
     if config.mix_weights is not None and len(config.mix_weights) != config.n_layers + 1:
         raise ValueError(f"mix_weights needs one value per layer ({config.n_layers + 1}), got {config.mix_weights!r}")
-    if config.task_lstm_dim < 0:
-        raise ValueError(f"task_lstm_dim must be 0 (no task BiLSTM) or positive, got {config.task_lstm_dim}")
     if (config.char_vocab_size is None) != (config.char_markers is None):
         raise ValueError("char_vocab_size and char_markers go together (a learned character vocabulary)")
     if (config.word_input_vocab_size is None) != (config.word_input_dim is None):
         raise ValueError("word_input_vocab_size and word_input_dim go together (a word-embedding input)")
     CharacterAlphabet.from_config(config)  # checks the markers against the size
+
+
+# Keys of any model's config that transformers writes or reads beside the attributes of a bare `PretrainedConfig`
+# and the generation parameters it drops: arguments of its `__init__`, `auto_map` (remote code), and the attributes
+# of transformers 4's configs, which tools still write.
+TRANSFORMERS_KEYS = (
+    "num_labels",
+    "torch_dtype",
+    "name_or_path",
+    "attn_implementation",
+    "experts_implementation",
+    "per_layer_config",
+    "auto_map",
+    "_commit_hash",
+    "_attn_implementation_autoset",
+    "task_specific_params",
+    "finetuning_task",
+    "tokenizer_class",
+    "prefix",
+    "sep_token_id",
+    "tie_word_embeddings",
+    "tie_encoder_decoder",
+    "is_decoder",
+    "add_cross_attention",
+    "cross_attention_hidden_size",
+    "pruned_heads",
+    "torchscript",
+    "use_bfloat16",
+    "tf_legacy_loss",
+    "quantization_config",
+)
+
+
+@functools.cache
+def known_config_keys() -> tuple[str, ...]:
+    """The fields of `ElmoConfig` and the keys transformers knows in any config, sorted."""
+    fields = set(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"}
+    standard = {*PretrainedConfig().to_dict(), *GenerationConfig().to_dict(), *TRANSFORMERS_KEYS}
+    return tuple(sorted(fields | standard))
+
+
+def warn_about_unknown_keys(kwargs: dict) -> None:
+    """One warning naming the keys of `kwargs` that neither ElmoConfig nor transformers knows, each with the known key
+    it is closest to, when one is close (a misspelt field)."""
+    unknown = [key for key in kwargs if key not in known_config_keys()]
+    if not unknown:
+        return
+    named = []
+    for key in unknown:
+        close = difflib.get_close_matches(key, known_config_keys(), n=1)
+        named.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
+    logger.warning(f"ElmoConfig does not know {', '.join(named)}: kept as plain attributes, unused")
 
 
 __all__ = ["ElmoConfig"]

@@ -1,11 +1,16 @@
+import inspect
 import json
 import logging
+import re
 
+import numpy as np
 import pytest
+from conftest import tiny_config
 from transformers import AutoConfig
 
-from hf_elmo import ElmoConfig
+from hf_elmo import ElmoConfig, ElmoModel
 from hf_elmo.alphabet_elmo import MARKER_ROLES
+from hf_elmo.configuration_elmo import FIELD_RULES, MACHINE_SETTINGS
 
 
 def test_defaults_are_the_original_elmo_shapes():
@@ -89,35 +94,6 @@ def test_machine_settings_are_chosen_at_load_and_never_saved(tmp_path, setting, 
         setattr(loaded, setting, "fast")
 
 
-def test_config_json_of_earlier_versions_loads_without_its_machine_settings(tmp_path, caplog):
-    """Earlier versions wrote both settings into every config.json ("auto" unless changed): the loading machine
-    chooses instead, and a stored value other than "auto" is named in a warning."""
-    ElmoConfig(forget_bias=0.0).save_pretrained(tmp_path)
-    path = tmp_path / "config.json"
-    saved = json.loads(path.read_text())
-    path.write_text(json.dumps({**saved, "recurrence_implementation": "auto", "cpu_matmul": "auto"}))
-    with caplog.at_level(logging.WARNING):
-        loaded = AutoConfig.from_pretrained(tmp_path)
-    assert (loaded.recurrence_implementation, loaded.cpu_matmul, loaded.forget_bias) == ("auto", "auto", 0.0)
-    assert not caplog.records
-
-    path.write_text(json.dumps({**saved, "recurrence_implementation": "reference", "cpu_matmul": "int8"}))
-    with caplog.at_level(logging.WARNING):
-        loaded = ElmoConfig.from_pretrained(tmp_path)
-    assert (loaded.recurrence_implementation, loaded.cpu_matmul) == ("auto", "auto")
-    assert [record.getMessage() for record in caplog.records] == [
-        "this config.json sets recurrence_implementation='reference', a machine setting no longer read from saved "
-        "configs: pass recurrence_implementation='reference' to from_pretrained to use it",
-        "this config.json sets cpu_matmul='int8', a machine setting no longer read from saved configs: pass "
-        "cpu_matmul='int8' to from_pretrained to use it",
-    ]
-    caplog.clear()
-    with caplog.at_level(logging.WARNING):
-        chosen = ElmoConfig.from_pretrained(tmp_path, recurrence_implementation="reference", cpu_matmul="int8")
-    assert (chosen.recurrence_implementation, chosen.cpu_matmul) == ("reference", "int8") and not caplog.records
-    assert "cpu_matmul" not in chosen.to_dict()
-
-
 @pytest.mark.parametrize(
     "options, message",
     [
@@ -156,3 +132,80 @@ def test_crf_options_are_saved_and_checked(tmp_path):
         ElmoConfig(crf_constraint="BIOUL")
     with pytest.raises(ValueError, match=message):
         loaded.crf_constraint = "BIOUL"  # as from_pretrained(..., crf_constraint=...) sets it
+
+
+@pytest.mark.parametrize(
+    "field, value, allowed",
+    [
+        ("n_layers", "two", "an integer >= 1"),
+        ("n_layers", 2.0, "an integer >= 1"),
+        ("projection_dim", 0, "an integer >= 1"),
+        ("n_highway", -1, "an integer >= 0"),
+        ("task_lstm_dim", True, "an integer >= 0"),
+        ("filters", [[3, 0]], "a non-empty list of [width, n_filters] pairs of integers >= 1"),
+        ("cell_clip", 0.0, "None or a number > 0"),
+        ("forget_bias", "1", "a number"),
+        ("mix_dropout", 1.5, "in [0, 1)"),
+        ("mix_weights", ["a", "b", "c"], "None or a list of numbers, one per layer"),
+        ("mix_l2_coefficient", -1, "a number >= 0"),
+        ("use_skip_connections", "yes", "True or False"),
+        ("freeze_bilm", 1, "True or False"),
+        ("word_vocab_size", 1, "None or an integer >= 2"),
+        ("char_markers", ["padding"], "None or a dict of marker roles to ids"),
+        ("pooling", "sum", "'mean', 'max' or 'mean_max'"),
+    ],
+)
+def test_each_field_is_checked_for_its_type_and_range_by_name(tmp_path, field, value, allowed):
+    """In `__init__`, on a loaded config (as `from_pretrained(..., field=value)` sets it) and from a config.json."""
+    message = f"^{re.escape(f'{field} must be {allowed}, got {value!r}')}$"
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig(**{field: value})
+    config = ElmoConfig()
+    with pytest.raises(ValueError, match=message):
+        setattr(config, field, value)
+    config.save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig.from_pretrained(tmp_path)
+
+
+def test_every_field_has_a_rule_and_is_stored_as_plain_python():
+    fields = set(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"}
+    assert fields - set(MACHINE_SETTINGS) == set(FIELD_RULES)
+    config = ElmoConfig(n_layers=np.int64(3), filters=((1, 4), (2, 8)), forget_bias=0, mix_weights=(0, 1, 2, 3))
+    assert type(config.n_layers) is int and config.filters == [[1, 4], [2, 8]]
+    assert type(config.forget_bias) is float and config.mix_weights == [0.0, 1.0, 2.0, 3.0]
+    config.num_hidden_layers = 2  # transformers' name for n_layers, checked as n_layers
+    with pytest.raises(ValueError, match="^n_layers must be an integer >= 1, got 0$"):
+        config.num_hidden_layers = 0
+
+
+def test_an_unknown_key_is_kept_and_named_in_one_warning_with_the_nearest_field(tmp_path, caplog):
+    ElmoModel(tiny_config()).save_pretrained(tmp_path)
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), "projection_dimm": 64, "colour": "red"}))
+    expected = (
+        "ElmoConfig does not know 'projection_dimm' (did you mean 'projection_dim'?), 'colour': kept as plain "
+        "attributes, unused"
+    )
+    for load in (ElmoConfig.from_pretrained, AutoConfig.from_pretrained, ElmoModel.from_pretrained):
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            loaded = load(tmp_path)
+        assert [record.getMessage() for record in caplog.records] == [expected]
+        config = getattr(loaded, "config", loaded)
+        assert (config.projection_dimm, config.projection_dim) == (64, 8)
+
+
+def test_the_keys_transformers_writes_and_reads_are_no_unknown_keys(tmp_path, caplog):
+    labels = dict(id2label={0: "a", 1: "b", 2: "c"}, label2id={"a": 0, "b": 1, "c": 2})
+    standard = dict(problem_type="single_label_classification", architectures=["ElmoForSequenceClassification"])
+    older = dict(task_specific_params={}, tie_word_embeddings=False, pad_token_id=0, use_cache=False, torch_dtype=None)
+    with caplog.at_level(logging.WARNING):
+        config = ElmoConfig(**labels, **standard, **older, auto_map={"AutoConfig": "configuration_elmo.ElmoConfig"})
+        ElmoConfig(num_hidden_layers=3, hidden_size=1)  # transformers' names: n_layers, and 2 * projection_dim
+        config.save_pretrained(tmp_path)
+        ElmoConfig.from_pretrained(tmp_path, num_labels=3, num_hidden_layers=3)
+        AutoConfig.from_pretrained(tmp_path, dtype="float32")
+    assert not caplog.records
