@@ -1,4 +1,8 @@
 import copy
+import json
+import logging
+import re
+from pathlib import Path
 
 import h5py
 import numpy as np
@@ -6,7 +10,14 @@ import pytest
 import torch
 from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import (
+    ElmoForPreTraining,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+    bundled_model_path,
+)
 from hf_elmo.modeling_elmo import reverse_valid_steps
 
 
@@ -391,3 +402,143 @@ def test_windowed_hidden_states_on_the_original_checkpoint(fixture_model, fixtur
     windowed, one_pass = windowed_and_one_pass(fixture_model, input_ids, (5,), "fast", monkeypatch)
     for got, want in zip(windowed[5], one_pass, strict=True):
         torch.testing.assert_close(got, want, atol=FLOAT32_TOLERANCE, rtol=0)
+
+
+# -- loading: a biLM never runs on weights it did not load ---------------------------------------------------------
+
+
+def saved_with_config(source, folder, **changes):
+    """`folder`: the files of the model folder `source` (linked), with `changes` made to its `config.json`."""
+    folder.mkdir()
+    for path in source.iterdir():
+        if path.name != "config.json":
+            (folder / path.name).symlink_to(path)
+    saved = json.loads((source / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**saved, **changes}))
+    return folder
+
+
+HEAD_OPTIONS = {ElmoForPreTraining: dict(word_vocab_size=10), ElmoForSequenceClassification: dict(num_labels=2)}
+
+
+@pytest.mark.parametrize(
+    "saved, change, weights",
+    [
+        ({}, dict(n_layers=3), "missing"),
+        ({}, dict(n_layers=1), "unexpected"),
+        ({}, dict(projection_dim=4), "of another size"),
+        ({}, dict(cell_dim=32), "of another size"),
+        ({}, dict(n_highway=2), "missing"),
+        ({}, dict(filters=[[1, 4], [2, 8], [3, 8], [4, 4]]), "missing: .*; of another size"),
+        ({}, dict(filters=[[1, 4], [2, 8], [3, 4]]), "of another size"),
+        ({}, dict(char_embedding_dim=6), "of another size"),
+        (dict(filters=[[1, 4], [2, 4]]), dict(always_project=True), "missing"),  # 8 filters: no projection saved
+    ],
+)
+@pytest.mark.parametrize("model_class", [ElmoModel, ElmoForPreTraining, ElmoForSequenceClassification])
+def test_a_config_that_disagrees_with_the_bilm_weights_is_refused_naming_the_field(
+    tmp_path, caplog, model_class, saved, change, weights
+):
+    ElmoModel(tiny_config(**saved)).save_pretrained(tmp_path / "bilm")
+    folder = saved_with_config(tmp_path / "bilm", tmp_path / "changed", **change)
+    ((field, value),) = change.items()
+    held = getattr(tiny_config(**saved), field)
+    message = (
+        f"^{model_class.__name__} cannot load the biLM weights of {re.escape(str(folder))}: "
+        f"{re.escape(f'{field} is {value!r} but the weights hold {held!r}')} "
+        rf"\({weights}: [^()]+\); set {re.escape(f'{field}={held!r}')} in the config$"
+    )
+    # Not even when told to reinitialise weights of other sizes, and before transformers' load report.
+    for ignore_mismatched_sizes in (False, True):
+        with caplog.at_level(logging.WARNING), pytest.raises(ValueError, match=message):
+            model_class.from_pretrained(
+                folder, ignore_mismatched_sizes=ignore_mismatched_sizes, **HEAD_OPTIONS.get(model_class, {})
+            )
+    assert not caplog.records
+
+
+def test_weights_the_config_has_no_place_for_are_counted_when_their_shapes_are_not_known(tmp_path):
+    ElmoModel(tiny_config()).save_pretrained(tmp_path / "bilm")
+    folder = saved_with_config(tmp_path / "bilm", tmp_path / "changed", filters=[[1, 4], [2, 8]])
+    message = (
+        r"^ElmoModel cannot load the biLM weights of .*: filters is \[\[1, 4\], \[2, 8\]\] but the weights hold 3 "
+        r"convolutions \(unexpected: char_encoder.convolutions.2.bias, char_encoder.convolutions.2.weight; of another "
+        r"size: .*\); make the config describe these weights$"
+    )
+    with pytest.raises(ValueError, match=message):
+        ElmoModel.from_pretrained(folder)
+
+
+def test_the_bundled_bilm_with_another_layer_count_is_refused(tmp_path):
+    folder = saved_with_config(Path(bundled_model_path("ko-nsmc")), tmp_path / "bad", n_layers=3)
+    message = (
+        r"^ElmoModel cannot load the biLM weights of .*: n_layers is 3 but the weights hold 2 \(missing: "
+        r"bilm.backward_layers.2.bias, bilm.backward_layers.2.input_kernel, bilm.backward_layers.2.projection_kernel "
+        r"and 5 more\); set n_layers=2 in the config$"
+    )
+    with pytest.raises(ValueError, match=message):
+        ElmoModel.from_pretrained(folder)
+    with pytest.raises(ValueError, match=r"^ElmoModel cannot load .*: projection_dim is 64 but the weights hold 128"):
+        ElmoModel.from_pretrained(
+            saved_with_config(Path(bundled_model_path("ko-nsmc")), tmp_path / "narrow", projection_dim=64)
+        )
+
+
+def test_a_head_folder_whose_bilm_disagrees_is_refused_by_the_head_and_the_bilm(tmp_path):
+    ElmoForSequenceClassification(tiny_config(num_labels=2)).save_pretrained(tmp_path / "head")
+    folder = saved_with_config(tmp_path / "head", tmp_path / "changed", n_layers=1)
+    with pytest.raises(
+        ValueError, match=r"^ElmoForSequenceClassification cannot load .*: n_layers is 1 .*\(unexpected: elmo\.bilm\."
+    ):
+        ElmoForSequenceClassification.from_pretrained(folder)
+    with pytest.raises(ValueError, match=r"^ElmoModel cannot load .*: n_layers is 1 .*\(unexpected: elmo\.bilm\."):
+        ElmoModel.from_pretrained(folder)
+
+
+def test_a_state_dict_that_disagrees_with_the_config_is_refused(tiny_model):
+    state_dict = tiny_model.state_dict()
+    message = r"^ElmoModel cannot load the biLM weights of the given state_dict: n_layers is 3 but the weights hold 2"
+    with pytest.raises(ValueError, match=message):
+        ElmoModel.from_pretrained(None, config=tiny_config(n_layers=3), state_dict=state_dict)
+    loaded = ElmoModel.from_pretrained(None, config=tiny_config(), state_dict=state_dict)
+    assert all(torch.equal(weight, state_dict[name]) for name, weight in loaded.state_dict().items())
+
+
+@pytest.mark.parametrize(
+    "model_class, options, new_layers",
+    [
+        (ElmoForSequenceClassification, dict(num_labels=2), {"classifier", "task_encoder.mix"}),
+        (
+            ElmoForTokenClassification,
+            dict(num_labels=3, use_crf=True, task_lstm_dim=4),
+            {"classifier", "task_encoder.mix", "task_encoder.lstm", "crf"},
+        ),
+        (ElmoForPreTraining, dict(word_vocab_size=10), {"softmax"}),
+    ],
+)
+def test_a_head_on_a_bilm_folder_loads_the_bilm_and_initialises_its_new_layers(
+    tmp_path, model_class, options, new_layers
+):
+    bilm = ElmoModel(tiny_config())
+    bilm.save_pretrained(tmp_path)
+    model, loading_info = model_class.from_pretrained(tmp_path, output_loading_info=True, **options)
+    assert {
+        next(prefix for prefix in new_layers if key.startswith(prefix)) for key in loading_info["missing_keys"]
+    } == new_layers
+    assert not loading_info["unexpected_keys"] and not loading_info["mismatched_keys"]
+    for name, weight in bilm.state_dict().items():
+        assert torch.equal(model.elmo.state_dict()[name], weight), name
+
+
+def test_the_bilm_loads_from_a_pre_training_folder_without_its_softmax_and_from_a_head_folder(tmp_path, caplog):
+    pretraining = ElmoForPreTraining(tiny_config(word_vocab_size=10))
+    pretraining.save_pretrained(tmp_path / "pretraining")
+    with caplog.at_level(logging.WARNING):
+        bilm, loading_info = ElmoModel.from_pretrained(tmp_path / "pretraining", output_loading_info=True)
+    assert not any(loading_info.values()) and not caplog.records
+    for name, weight in pretraining.elmo.state_dict().items():
+        assert torch.equal(bilm.state_dict()[name], weight), name
+    ElmoForSequenceClassification(tiny_config(num_labels=2)).save_pretrained(tmp_path / "head")
+    _, loading_info = ElmoModel.from_pretrained(tmp_path / "head", output_loading_info=True)
+    assert {key.split(".")[0] for key in loading_info["unexpected_keys"]} == {"classifier", "task_encoder"}
+    assert not loading_info["missing_keys"]
