@@ -1,12 +1,14 @@
 """
-The matrix products of the fast CPU recurrence (`kernels_lstm_inference`, `kernels_lstm_training`): for each kernel
-and row count, the library that multiplies fastest on this machine, measured once per CPU model, thread count, torch
-version and shape and kept in a cache file ([`choices_file`]), or int8 where `config.cpu_matmul` asks for it.
+The matrix products of the fast recurrences (`kernels_lstm_inference`, `kernels_lstm_training`): for each kernel and
+row count, the library that multiplies fastest on this machine, measured once per CPU model, thread count, torch
+version and shape and kept in a cache file ([`choices_file`]); int8 where `config.cpu_matmul` asks for it; and
+autocast's dtype under mixed precision, on any device.
 
 A product is a function `(x, out, accumulate)` writing `x @ kernel` into `out` (or adding it); the libraries are
-torch's own `mm` ("blas"), oneDNN's linear on a prepacked copy of the kernel ("onednn"), and PyTorch's dynamic int8
-quantisation ("int8", inference only). Prepacked and quantised copies are made once per kernel and again only after
-its weights change ([`prepared_products`]).
+torch's own `mm` ("blas"), oneDNN's linear on a prepacked copy of the kernel ("onednn"), PyTorch's dynamic int8
+quantisation ("int8", inference only), and `mm` in bfloat16 or float16 ("bfloat16", "float16": what autocast would
+run). Prepacked, quantised and half-precision copies are made once per kernel and again only after its weights change
+([`prepared_products`]).
 """
 
 import functools
@@ -75,7 +77,49 @@ def int8_product(kernel: torch.Tensor) -> Product:
     return product
 
 
-PRODUCTS = {"blas": blas_product, "onednn": onednn_product, "int8": int8_product}
+def half_precision_product(kernel: torch.Tensor, dtype: torch.dtype) -> Product:
+    """
+    Mixed precision, as autocast runs a matmul: `x` and a copy of the kernel in `dtype` (bfloat16 or float16), their
+    product rounded to `dtype`, then written into `out` or added to it in `out`'s own precision (float32).
+    """
+    half_kernel = kernel.to(dtype)
+
+    def product(x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
+        result = torch.mm(x.to(dtype), half_kernel)
+        out.add_(result) if accumulate else out.copy_(result)
+
+    return product
+
+
+PRODUCTS = {
+    "blas": blas_product,
+    "onednn": onednn_product,
+    "int8": int8_product,
+    "bfloat16": functools.partial(half_precision_product, dtype=torch.bfloat16),
+    "float16": functools.partial(half_precision_product, dtype=torch.float16),
+}
+
+
+def autocast_dtype(device: torch.device) -> torch.dtype | None:
+    """
+    The dtype autocast runs matrix products in on `device` in this thread, or None outside autocast. Read where a
+    kernel is called: autocast's state belongs to the thread, and the kernels' worker threads and backward do not
+    see it.
+    """
+    return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+
+
+def mixed_mm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None, bias: torch.Tensor | None = None):
+    """
+    `a @ b` (plus `bias`, where given) in float32; under mixed precision (`dtype`), the product as autocast computes
+    it, in `dtype`, then widened to float32 as the bias is added.
+    """
+    if dtype is None:
+        return a @ b if bias is None else torch.addmm(bias, a, b)
+    product = torch.mm(a.to(dtype), b.to(dtype))
+    return product.float() if bias is None else torch.add(product, bias)  # promoted to float32 in the one pass
+
+
 # Products prepared from each kernel, by library, under the kernel's `id` while it lives (tensors compare by value,
 # so they cannot be weak dictionary keys themselves).
 _prepared: dict[int, tuple[tuple[int, int, float], dict[str, Product]]] = {}
@@ -179,25 +223,35 @@ def fastest_float32_library(in_dim: int, out_dim: int, rows: int) -> str:
 
 
 def step_products(
-    module: nn.Module, kernel: torch.Tensor, row_counts: Iterable[int], quantizable: bool = True
+    module: nn.Module,
+    kernel: torch.Tensor,
+    row_counts: Iterable[int],
+    quantizable: bool = True,
+    compute_dtype: torch.dtype | None = None,
 ) -> dict[int, Product]:
     """
     For each of `row_counts`, the product `(rows, in) @ kernel` of the fast recurrence of `module`, by the library its
     `config.cpu_matmul` names ("auto": the float32 library measured fastest here for that shape). Off the CPU, or for
-    kernels in another precision than float32, torch's own ("blas"): the choices are CPU float32 libraries.
+    kernels in another precision than float32, torch's own ("blas"): the choices are CPU float32 libraries. Under
+    mixed precision (`compute_dtype`, autocast's dtype where the caller runs under autocast), every product of a
+    float32 kernel is taken in that dtype, on any device and whatever `cpu_matmul` says, as autocast would.
 
     "int8" quantises only `quantizable` products: inference's recurrent and projection products, whose weights are
     streamed again at every step. The input products, one per chunk of steps, stay float32: they are a small share of
     the time where int8 pays (small batches), and most of its error (the inputs of a whole chunk share one scale).
     Training's products are never quantised: int8 is an inference mode.
     """
-    libraries = {rows: step_library(module, kernel, rows, quantizable) for rows in row_counts}
+    libraries = {rows: step_library(module, kernel, rows, quantizable, compute_dtype) for rows in row_counts}
     products = prepared_products(kernel, set(libraries.values()))
     return {rows: products[library] for rows, library in libraries.items()}
 
 
-def step_library(module: nn.Module, kernel: torch.Tensor, rows: int, quantizable: bool) -> str:
+def step_library(
+    module: nn.Module, kernel: torch.Tensor, rows: int, quantizable: bool, compute_dtype: torch.dtype | None
+) -> str:
     """The library of [`step_products`] for `rows` rows."""
+    if compute_dtype is not None and kernel.dtype == torch.float32:
+        return str(compute_dtype).removeprefix("torch.")
     choice = module.config.cpu_matmul
     if kernel.device.type != "cpu" or kernel.dtype != torch.float32:
         if choice == "int8":

@@ -12,8 +12,9 @@ on every call and runs it on itself, inside its own `forward`: what hooks do aro
 - training the biLM: the reference recurrence's results from `kernels_lstm_training.ElmoLstmLayerFunction`, whose
   backward through time is written by hand, a layer's two directions in one call that runs them at once
   ([`trains_directions_together`]);
-- `config.recurrence_implementation == "reference"`, autocast (which picks each operation's dtype), `torch.compile`
-  and `torch.export`: the reference code only.
+- mixed precision (autocast): the same kernels, their matrix products in autocast's dtype and the recurrences' state
+  and gate arithmetic in float32, as autocast leaves the reference code's;
+- `config.recurrence_implementation == "reference"`, `torch.compile` and `torch.export`: the reference code only.
 """
 
 from collections.abc import Callable, Sequence
@@ -28,12 +29,13 @@ WORDS_PER_CHUNK = 64
 def dispatch(module: nn.Module, implementations: dict[str, Callable], *inputs: torch.Tensor) -> Callable:
     """
     The function `module` runs on `inputs`, from `implementations` keyed "reference", "inference" and "training":
-    "reference" when `module.config.recurrence_implementation` asks for it, under autocast, while compiling or
-    exporting; else "inference" when nothing in `module` or `inputs` needs gradients, "training" otherwise.
+    "reference" when `module.config.recurrence_implementation` asks for it, while compiling or exporting (which trace
+    the plain operations of the reference code); else "inference" when nothing in `module` or `inputs` needs
+    gradients, "training" otherwise. Under autocast the kernels take their products in autocast's dtype, as the
+    reference code's would be ([`kernels_cpu_products.autocast_dtype`]).
     """
     reference = (
         module.config.recurrence_implementation == "reference"
-        or torch.is_autocast_enabled(inputs[0].device.type)
         or torch.compiler.is_compiling()
         or torch.compiler.is_exporting()
     )

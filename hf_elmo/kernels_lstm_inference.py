@@ -10,7 +10,7 @@ from typing import NamedTuple
 import torch
 from torch import nn
 
-from .kernels_cpu_products import step_products
+from .kernels_cpu_products import autocast_dtype, step_products
 
 # Packed rows of input gates the fast recurrence computes at a time (16 MB at the original shapes).
 GATE_CHUNK_ROWS = 256
@@ -83,7 +83,9 @@ def lstm_layer_in_place(
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
     The results of the reference recurrence of `module` (an `ElmoLstmLayer`) within fp32 rounding, without autograd,
-    for when nothing needs gradients. Arguments and results as `ElmoLstmLayer.forward`.
+    for when nothing needs gradients. Arguments and results as `ElmoLstmLayer.forward`. Under autocast, the results of
+    the reference under the same autocast: the products in autocast's dtype, the state and the gate arithmetic in the
+    state's dtype (float32), as autocast leaves them.
 
     The steps run on the valid positions alone ([`PackedSteps`]). Their input gates come `GATE_CHUNK_ROWS` packed
     rows at a time, from one matrix product (when `module.reads_word_vectors`, a copy from the gates of the distinct
@@ -96,35 +98,37 @@ def lstm_layer_in_place(
     layout = PackedSteps.of(mask)
     order, running, step_starts = layout.order, layout.running, layout.starts
     chunks = gate_chunks(step_starts, GATE_CHUNK_ROWS)
+    compute_dtype = autocast_dtype(inputs.device)
 
     packed_inputs = layout.pack(inputs)
     if module.reads_word_vectors:
         # Context-free word vectors, one row per occurrence of a word: project each distinct row once and copy its
         # gates to every position holding it.
         distinct, positions = torch.unique(packed_inputs, dim=0, return_inverse=True)
-        distinct_gates = distinct.new_empty(len(distinct), 4 * cell)
-        step_products(module, module.input_kernel, [len(distinct)], False)[len(distinct)](
+        distinct_gates = memory.new_empty(len(distinct), 4 * cell)
+        step_products(module, module.input_kernel, [len(distinct)], False, compute_dtype)[len(distinct)](
             distinct, distinct_gates, False
         )
 
     hidden, memory = hidden[order], memory[order]  # indexing copies: the arguments stay untouched
-    packed_outputs = inputs.new_empty(step_starts[-1], hidden.shape[-1])
-    cell_output = inputs.new_empty(batch_size, cell) if projection_kernel is not None else None
+    # Buffers in the state's dtype: under autocast the inputs may come in autocast's.
+    packed_outputs = hidden.new_empty(step_starts[-1], hidden.shape[-1])
+    cell_output = memory.new_empty(batch_size, cell) if projection_kernel is not None else None
     # The input gates of a chunk of steps at a time, in one buffer: small enough to stay in cache between their
     # product and their steps, and to be reused rather than freshly mapped (page faults) for every chunk.
     largest_chunk = max((step_starts[end] - step_starts[first] for first, end in chunks), default=0)
-    chunk_buffer = inputs.new_empty(largest_chunk, 4 * cell)
+    chunk_buffer = memory.new_empty(largest_chunk, 4 * cell)
     # Added to each step's gates while they are in cache rather than in a pass over all input gates.
     gate_bias = module.bias.clone()
     gate_bias[cell : 2 * cell] += module.config.forget_bias
     # Each step's two products by row count (rows fall as sentences end), and each chunk's input product by its rows,
     # looked up once per call.
-    recurrent_products = step_products(module, module.recurrent_kernel, set(running))
+    recurrent_products = step_products(module, module.recurrent_kernel, set(running), True, compute_dtype)
     if projection_kernel is not None:
-        projection_products = step_products(module, projection_kernel, set(running))
+        projection_products = step_products(module, projection_kernel, set(running), True, compute_dtype)
     if not module.reads_word_vectors:
         chunk_rows = {step_starts[end] - step_starts[first] for first, end in chunks}
-        input_products = step_products(module, module.input_kernel, chunk_rows, False)
+        input_products = step_products(module, module.input_kernel, chunk_rows, False, compute_dtype)
     for first_step, end_step in chunks:
         chunk = slice(step_starts[first_step], step_starts[end_step])
         chunk_gates = chunk_buffer[: chunk.stop - chunk.start]

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from .kernels_cpu_products import Product, step_products
+from .kernels_cpu_products import Product, autocast_dtype, mixed_mm, step_products
 from .kernels_lstm_inference import PackedSteps
 
 
@@ -35,18 +35,25 @@ def lstm_layers_with_handwritten_backward(
     """
     For each of `modules` (`ElmoLstmLayer`s of one config, such as a layer's two directions), the results of its
     reference recurrence on its own `inputs`, `hidden` and `memory` (as `ElmoLstmLayer.forward` takes them), from one
-    [`ElmoLstmLayerFunction`], so that its backward can run the directions at once too ([`run_directions`]).
+    [`ElmoLstmLayerFunction`], so that its backward can run the directions at once too ([`run_directions`]). Under
+    autocast, of the reference under the same autocast: every product in autocast's dtype, in both passes; the state,
+    the gate arithmetic and each product's result in float32.
     """
+    # Read here, in the caller's thread: the directions' threads and the backward do not see autocast.
+    compute_dtype = autocast_dtype(mask.device)
 
-    def float32_products(module: nn.Module) -> Callable[[torch.Tensor, Iterable[int]], dict[int, Product]]:
-        return lambda kernel, row_counts: step_products(module, kernel, row_counts, quantizable=False)
+    def products_of(module: nn.Module) -> Callable[[torch.Tensor, Iterable[int]], dict[int, Product]]:
+        return lambda kernel, row_counts: step_products(module, kernel, row_counts, False, compute_dtype)
 
     tensors = []
     for module, *direction in zip(modules, inputs, hidden, memory, strict=True):
         tensors += [*direction, module.input_kernel, module.recurrent_kernel, module.bias, module.projection_kernel]
     results = ElmoLstmLayerFunction.apply(
-        [float32_products(module) for module in modules],
-        [(module.cell_clip, module.proj_clip, module.config.forget_bias) for module in modules],
+        [products_of(module) for module in modules],
+        [
+            DirectionSettings(module.cell_clip, module.proj_clip, module.config.forget_bias, compute_dtype)
+            for module in modules
+        ],
         mask,
         *tensors,
     )
@@ -107,6 +114,15 @@ class SavedLayer(NamedTuple):
     cell_outputs: torch.Tensor  # (positions, cell_dim): what the projection multiplies
 
 
+class DirectionSettings(NamedTuple):
+    """What the passes of one direction need besides its tensors."""
+
+    cell_clip: float | None
+    proj_clip: float | None
+    forget_bias: float
+    compute_dtype: torch.dtype | None  # the products' dtype under mixed precision (autocast's); None: float32
+
+
 # The tensors each direction passes to [`ElmoLstmLayerFunction`], in order.
 DIRECTION_TENSORS = ("inputs", "hidden", "memory", "input_kernel", "recurrent_kernel", "bias", "projection_kernel")
 
@@ -130,30 +146,28 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
     def forward(
         ctx,
         products: Sequence[Callable[[torch.Tensor, Iterable[int]], dict[int, Product]]],
-        settings: Sequence[tuple[float | None, float | None, float]],
+        settings: Sequence[DirectionSettings],
         mask: torch.Tensor,
         *tensors: torch.Tensor | None,
     ) -> tuple[torch.Tensor, ...]:
         """
         For each direction, `products(kernel, row_counts)`, which gives for each row count the function multiplying
-        `(rows, in) @ kernel` ([`step_products`]), and its `settings`: the clips of the memory and of the output and
-        the forget bias; `mask` `(batch, steps)`; then for each direction in turn its `DIRECTION_TENSORS`: the
-        arguments as `ElmoLstmLayer.forward` takes them and the layer's parameters (`projection_kernel` may be None).
+        `(rows, in) @ kernel` ([`step_products`]), and its `settings`; `mask` `(batch, steps)`; then for each
+        direction in turn its `DIRECTION_TENSORS`: the arguments as `ElmoLstmLayer.forward` takes them and the
+        layer's parameters (`projection_kernel` may be None).
         Returns for each direction in turn its outputs `(batch, steps, output_dim)`, zero at invalid steps, and its
         final `hidden` and `memory`.
         """
         per_direction = len(DIRECTION_TENSORS)
         directions = [tensors[index : index + per_direction] for index in range(0, len(tensors), per_direction)]
         layout = PackedSteps.of(mask)  # one mask (the backward direction reads reversed rows), one layout for all
-        runs = run_directions(
-            [
-                functools.partial(layer_forward, direction_products, direction_settings, layout, *direction)
-                for direction_products, direction_settings, direction in zip(
-                    products, settings, directions, strict=True
-                )
-            ],
-            mask.device,
-        )
+        # Each product's dtype is the settings' (read where autocast was seen), never autocast's here.
+        tasks = [
+            functools.partial(layer_forward, direction_products, direction_settings, layout, *direction)
+            for direction_products, direction_settings, direction in zip(products, settings, directions, strict=True)
+        ]
+        with torch.autocast(mask.device.type, enabled=False):
+            runs = run_directions(tasks, mask.device)
         ctx.products, ctx.settings, ctx.layout = products, settings, layout
         ctx.save_for_backward(*(tensor for _, saved in runs for tensor in saved))
         return tuple(result for results, _ in runs for result in results)
@@ -175,12 +189,15 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
             )
             for direction in range(len(ctx.settings))
         ]
-        return None, None, None, *(grad for grads in run_directions(tasks, saved[0].device) for grad in grads)
+        device = saved[0].device
+        with torch.autocast(device.type, enabled=False):  # as in the forward: the settings choose each product's dtype
+            gradients = run_directions(tasks, device)
+        return None, None, None, *(grad for direction in gradients for grad in direction)
 
 
 def layer_forward(
     products: Callable[[torch.Tensor, Iterable[int]], dict[int, Product]],
-    settings: tuple[float | None, float | None, float],
+    settings: DirectionSettings,
     layout: PackedSteps,
     inputs: torch.Tensor,
     hidden: torch.Tensor,
@@ -194,22 +211,23 @@ def layer_forward(
     The forward of one direction of [`ElmoLstmLayerFunction`] over the steps of `layout` (its mask's): its results
     and what its backward reads.
     """
-    cell_clip, proj_clip, forget_bias = settings
+    cell_clip, proj_clip, forget_bias, compute_dtype = settings
     cell = memory.shape[-1]
     gate_bias = bias.clone()
     gate_bias[cell : 2 * cell] += forget_bias
     packed_inputs = layout.pack(inputs)
     # (positions, 4 * cell): the input gates of every position in one product, activated in place step by step.
-    gates = torch.addmm(gate_bias, packed_inputs, input_kernel)
+    gates = mixed_mm(packed_inputs, input_kernel, compute_dtype, gate_bias)
     positions = len(gates)
     initial_hidden, initial_memory = hidden[layout.order], memory[layout.order]
     output_dim = cell if projection_kernel is None else projection_kernel.shape[1]
-    # The state after each position; before each clip too, where there is one, for the clip's gradient.
-    packed_hidden, packed_memory = inputs.new_empty(positions, output_dim), inputs.new_empty(positions, cell)
-    unclipped_hidden = inputs.new_empty(positions, output_dim) if proj_clip is not None else packed_hidden
-    unclipped_memory = inputs.new_empty(positions, cell) if cell_clip is not None else packed_memory
-    memory_tanh = inputs.new_empty(positions, cell)
-    cell_outputs = inputs.new_empty(positions, cell) if projection_kernel is not None else unclipped_hidden
+    # The state after each position; before each clip too, where there is one, for the clip's gradient. In the
+    # state's dtype: under autocast the inputs may come in autocast's.
+    packed_hidden, packed_memory = hidden.new_empty(positions, output_dim), memory.new_empty(positions, cell)
+    unclipped_hidden = hidden.new_empty(positions, output_dim) if proj_clip is not None else packed_hidden
+    unclipped_memory = memory.new_empty(positions, cell) if cell_clip is not None else packed_memory
+    memory_tanh = memory.new_empty(positions, cell)
+    cell_outputs = memory.new_empty(positions, cell) if projection_kernel is not None else unclipped_hidden
     # Each step's products, by row count (rows fall as sentences end), looked up once per call.
     recurrent_products = products(recurrent_kernel, set(layout.running))
     if projection_kernel is not None:
@@ -240,8 +258,8 @@ def layer_forward(
     final_hidden[: len(last)], final_memory[: len(last)] = packed_hidden[last], packed_memory[last]
     # Each clip's gradient: 1.0 where it left its input unchanged (boundaries included, as `torch.clamp`'s), else 0.0;
     # compared over all positions at once, and multiplied by rows in the backward's steps.
-    hidden_clip_passes = (unclipped_hidden == packed_hidden).to(inputs.dtype) if proj_clip is not None else None
-    memory_clip_passes = (unclipped_memory == packed_memory).to(inputs.dtype) if cell_clip is not None else None
+    hidden_clip_passes = (unclipped_hidden == packed_hidden).to(hidden.dtype) if proj_clip is not None else None
+    memory_clip_passes = (unclipped_memory == packed_memory).to(memory.dtype) if cell_clip is not None else None
     restore = torch.argsort(layout.order)
     saved = SavedLayer(
         packed_inputs,
@@ -263,7 +281,7 @@ def layer_forward(
 
 def layer_backward(
     products: Callable[[torch.Tensor, Iterable[int]], dict[int, Product]],
-    settings: tuple[float | None, float | None, float],
+    settings: DirectionSettings,
     layout: PackedSteps,
     saved: SavedLayer,
     needs_grad: Sequence[bool],
@@ -275,7 +293,7 @@ def layer_backward(
     The backward of one direction of [`ElmoLstmLayerFunction`]: the gradients of its `DIRECTION_TENSORS`, those
     `needs_grad` does not ask for as None (the initial state's always come: the steps compute them anyway).
     """
-    cell_clip, proj_clip, _ = settings
+    cell_clip, proj_clip, _, compute_dtype = settings
     cell = saved.packed_memory.shape[-1]
     first_rows = layout.running[0] if layout.running else 0
     # The backward's products multiply by the transposed kernels, copied once so that each is contiguous.
@@ -330,17 +348,17 @@ def layer_backward(
     restore = torch.argsort(layout.order)
     inputs_grad = input_kernel_grad = recurrent_kernel_grad = bias_grad = projection_kernel_grad = None
     if needs_grad[0]:
-        inputs_grad = layout.unpack(gates_grad @ saved.input_kernel.t())
+        inputs_grad = layout.unpack(mixed_mm(gates_grad, saved.input_kernel.t(), compute_dtype))
     if needs_grad[3]:
-        input_kernel_grad = saved.packed_inputs.t() @ gates_grad
+        input_kernel_grad = mixed_mm(saved.packed_inputs.t(), gates_grad, compute_dtype)
     if needs_grad[4]:
         # The state each position's step read: the initial one at step 0, else the row's output a step before.
         previous_hidden = torch.cat([saved.initial_hidden[:first_rows], saved.packed_hidden[layout.previous_rows()]])
-        recurrent_kernel_grad = previous_hidden.t() @ gates_grad
+        recurrent_kernel_grad = mixed_mm(previous_hidden.t(), gates_grad, compute_dtype)
     if needs_grad[5]:
         bias_grad = gates_grad.sum(dim=0)
     if needs_grad[6]:
-        projection_kernel_grad = saved.cell_outputs.t() @ new_hidden_grads
+        projection_kernel_grad = mixed_mm(saved.cell_outputs.t(), new_hidden_grads, compute_dtype)
     return (
         inputs_grad,
         hidden_grad[restore],

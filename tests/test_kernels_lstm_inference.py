@@ -7,6 +7,8 @@ words, long sentences in windows, and the fixture checkpoint.
 import pytest
 import torch
 from conftest import (
+    FLOAT32_TOLERANCE,
+    assert_close_in_bfloat16,
     assert_outputs_match,
     random_batch,
     random_state,
@@ -14,7 +16,7 @@ from conftest import (
     tiny_config,
 )
 
-from hf_elmo import ElmoModel, kernels_lstm_inference
+from hf_elmo import ElmoModel, kernels_elmo, kernels_lstm_inference
 from hf_elmo.kernels_lstm_inference import gate_chunks
 
 
@@ -132,3 +134,46 @@ def test_fast_recurrence_on_fixture_checkpoint(fixture_model, fixture_sentences,
     exact = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], False, monkeypatch)
     fast = run_model(fixture_model, encoded["input_ids"], encoded["attention_mask"], True, monkeypatch)
     assert_outputs_match(fast, exact)
+
+
+@pytest.mark.parametrize(
+    "config_overrides",
+    [{}, {"cell_clip": None, "proj_clip": None}, {"projection_dim": 16, "use_skip_connections": False}],
+    ids=["projected-clipped", "unclipped", "unprojected"],
+)
+@pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2]], ids=["batch1", "padded"])
+def test_fast_recurrence_under_autocast_matches_reference_under_autocast(config_overrides, lengths, monkeypatch):
+    """Mixed precision: the products in bfloat16 as autocast takes the reference's, the state in float32."""
+    torch.manual_seed(0)
+    config = tiny_config(**config_overrides)
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, lengths)
+    state = random_state(config, len(lengths))
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        exact = run_model(model, input_ids, mask, False, monkeypatch, state)
+        fast = run_model(model, input_ids, mask, True, monkeypatch, state)
+    for index, (fast_layer, exact_layer) in enumerate(zip(fast.hidden_states, exact.hidden_states, strict=True)):
+        assert_close_in_bfloat16(fast_layer, exact_layer, f"layer {index}")
+    for fast_state, exact_state in zip(fast.final_state, exact.final_state, strict=True):
+        assert fast_state.dtype == torch.float32
+        assert_close_in_bfloat16(fast_state, exact_state)
+    float32 = run_model(model, input_ids, mask, True, monkeypatch, state)
+    assert (fast.last_hidden_state - float32.last_hidden_state).abs().max() > FLOAT32_TOLERANCE  # bfloat16 products
+
+
+def test_bfloat16_weights_take_the_fast_recurrence(monkeypatch):
+    """A model loaded in bfloat16 runs the in-place kernels, in bfloat16, as the reference does in bfloat16."""
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval().to(torch.bfloat16)
+    input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
+    calls = []
+    dispatch = kernels_elmo.dispatch
+    monkeypatch.setattr("hf_elmo.modeling_elmo.dispatch", lambda *args: calls.append(dispatch(*args)) or calls[-1])
+    exact = run_model(model, input_ids, mask, False, monkeypatch)
+    fast = run_model(model, input_ids, mask, True, monkeypatch)
+    lstm_calls = [call.__name__ for call in calls if "lstm" in call.__name__]
+    assert lstm_calls == ["lstm_layer_reference"] * 4 + ["lstm_layer_in_place"] * 4
+    assert fast.last_hidden_state.dtype == torch.bfloat16
+    for index, (fast_layer, exact_layer) in enumerate(zip(fast.hidden_states, exact.hidden_states, strict=True)):
+        assert_close_in_bfloat16(fast_layer, exact_layer, f"layer {index}")

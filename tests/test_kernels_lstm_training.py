@@ -10,8 +10,11 @@ import time
 import pytest
 import torch
 from conftest import (
+    BFLOAT16_TOLERANCE,
+    FLOAT32_TOLERANCE,
     GRADIENT_TOLERANCE,
     assert_close,
+    assert_close_in_bfloat16,
     assert_gradients_match,
     bilm_leaves,
     bilm_with_weights_of_scale,
@@ -24,19 +27,25 @@ from conftest import (
 
 from hf_elmo import ElmoModel, kernels_lstm_training
 from hf_elmo.kernels_cpu_products import blas_product
-from hf_elmo.kernels_lstm_training import ElmoLstmLayerFunction, lstm_layer_with_handwritten_backward
+from hf_elmo.kernels_lstm_training import (
+    DirectionSettings,
+    ElmoLstmLayerFunction,
+    lstm_layer_with_handwritten_backward,
+)
 from hf_elmo.modeling_elmo import ElmoLstmLayer, lstm_layer_reference
 
 # Gradients of the hand-written backward (`ElmoLstmLayerFunction`) against autograd through the reference loop.
 
 
-def bilm_results_and_gradients(bilm, mask, tokens, hidden, memory, fast, monkeypatch):
+def bilm_results_and_gradients(bilm, mask, tokens, hidden, memory, fast, monkeypatch, autocast_dtype=None):
     """
     Every layer's output and the final state under autograd, and the gradients of a fixed random linear function of
-    all of them with respect to the tokens, the initial state and every parameter, by name.
+    all of them with respect to the tokens, the initial state and every parameter, by name. With `autocast_dtype`,
+    the forward runs under autocast to it and the backward outside, as the Trainer runs them.
     """
     use_kernels(bilm.forward_layers[0].config, fast, monkeypatch)
-    layer_outputs, final_hidden, final_memory = bilm(tokens, mask, hidden, memory)
+    with torch.autocast("cpu", dtype=autocast_dtype, enabled=autocast_dtype is not None):
+        layer_outputs, final_hidden, final_memory = bilm(tokens, mask, hidden, memory)
     results = [*layer_outputs, final_hidden, final_memory]
     generator = torch.Generator().manual_seed(2)
     loss = sum((result * torch.randn(result.shape, generator=generator).to(result.dtype)).sum() for result in results)
@@ -75,6 +84,40 @@ def test_handwritten_backward_matches_autograd_through_reference(
         assert (exact[1].abs() == config.proj_clip).any()  # the first LSTM layer's outputs
 
 
+@pytest.mark.parametrize(
+    "config_overrides",
+    [
+        {"cell_clip": 1.0, "proj_clip": 0.5},
+        {"cell_clip": None, "proj_clip": None},
+        {"projection_dim": 16, "use_skip_connections": False, "cell_clip": 1.0},
+    ],
+    ids=["projected-clipped", "unclipped", "unprojected"],
+)
+@pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2], [6, 0, 3]], ids=["batch1", "padded", "empty-row"])
+def test_handwritten_backward_under_autocast_matches_autograd_through_reference_under_autocast(
+    config_overrides, lengths, monkeypatch
+):
+    """
+    Mixed precision: every product in bfloat16 in both passes, as autocast takes the reference's; the outputs, the
+    final state and every gradient within `BFLOAT16_TOLERANCE`, from a random initial state.
+    """
+    config = tiny_config(**config_overrides)
+    bilm = bilm_with_weights_of_scale(config, 0.5)
+    leaves = bilm_leaves(config, lengths, "random")
+    exact, exact_gradients = bilm_results_and_gradients(bilm, *leaves, False, monkeypatch, torch.bfloat16)
+    fast, fast_gradients = bilm_results_and_gradients(bilm, *leaves, True, monkeypatch, torch.bfloat16)
+    for index, (fast_result, exact_result) in enumerate(zip(fast, exact, strict=True)):
+        assert_close_in_bfloat16(fast_result, exact_result, f"result {index}")
+    assert fast_gradients.keys() == exact_gradients.keys()
+    for name, gradient in fast_gradients.items():
+        assert gradient.dtype == exact_gradients[name].dtype
+        assert_close_in_bfloat16(gradient, exact_gradients[name], name)
+    if config.cell_clip is not None:
+        assert (exact[-1].abs() == config.cell_clip).any()
+    float32, _ = bilm_results_and_gradients(bilm, *leaves, True, monkeypatch)
+    assert (fast[-2] - float32[-2]).abs().max() > FLOAT32_TOLERANCE  # the products really ran in bfloat16
+
+
 def test_handwritten_backward_matches_autograd_through_reference_in_float64(monkeypatch):
     """Saturated gates and the clips hit often, where float32 rounding would hide small errors."""
     config = tiny_config()
@@ -109,7 +152,7 @@ def test_handwritten_backward_passes_gradcheck(projected):
         projection_kernel = parameters[3] if projected else None
         return ElmoLstmLayerFunction.apply(
             [lambda kernel, row_counts: dict.fromkeys(row_counts, blas_product(kernel))],
-            [(layer.cell_clip, layer.proj_clip, config.forget_bias)],
+            [DirectionSettings(layer.cell_clip, layer.proj_clip, config.forget_bias, None)],
             mask,
             inputs,
             hidden,
@@ -142,7 +185,7 @@ def test_both_directions_at_once_pass_gradcheck():
     def two_directions(*leaves):
         return ElmoLstmLayerFunction.apply(
             [lambda kernel, row_counts: dict.fromkeys(row_counts, blas_product(kernel))] * 2,
-            [(config.cell_clip, config.proj_clip, config.forget_bias)] * 2,
+            [DirectionSettings(config.cell_clip, config.proj_clip, config.forget_bias, None)] * 2,
             mask,
             *leaves,
         )
@@ -266,3 +309,36 @@ def test_handwritten_backward_through_the_whole_model(frozen, monkeypatch):
     ):
         assert_close(fast_result.detach(), exact_result.detach())
     assert_gradients_match(fast_gradients, exact_gradients, **GRADIENT_TOLERANCE)
+
+
+def test_whole_model_under_autocast_matches_the_reference_under_autocast(monkeypatch):
+    """
+    `ElmoModel` trained under bfloat16 autocast, as `--bf16` runs it: the character CNN, highways and projection in
+    autocast's dtype feed the recurrence's kernels, whose inputs' gradients flow back to them. The character side's
+    gradients sum bfloat16 products over every character window, in both paths and in other orders: each gradient is
+    within twice `BFLOAT16_TOLERANCE` of the reference's under the same autocast, and no farther from float32's than
+    the reference's is, give or take `BFLOAT16_TOLERANCE`.
+    """
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).train()
+    input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
+    weights = torch.randn(5, 9, 2 * config.projection_dim, generator=torch.Generator().manual_seed(2))
+    results = {}
+    for fast, mixed in ((False, False), (False, True), (True, True)):
+        use_kernels(config, fast, monkeypatch)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+            output = model(input_ids, attention_mask=mask)
+        loss = (output.last_hidden_state.float() * weights).sum()
+        parameters = dict(model.named_parameters())
+        results[fast, mixed] = output, dict(zip(parameters, torch.autograd.grad(loss, list(parameters.values()))))
+    (fast, fast_gradients), (exact, exact_gradients) = results[True, True], results[False, True]
+    float32_gradients = results[False, False][1]
+    assert_close_in_bfloat16(fast.last_hidden_state.detach(), exact.last_hidden_state.detach())
+    for name, gradient in fast_gradients.items():
+        assert gradient.dtype == torch.float32
+        scale = float32_gradients[name].abs().max().item()
+        assert (gradient - exact_gradients[name]).abs().max().item() <= 2 * BFLOAT16_TOLERANCE * scale, name
+        fast_error = (gradient - float32_gradients[name]).abs().max().item()
+        reference_error = (exact_gradients[name] - float32_gradients[name]).abs().max().item()
+        assert fast_error <= reference_error + BFLOAT16_TOLERANCE * scale, name

@@ -356,7 +356,9 @@ def test_reduced_precision_keeps_the_top_layer_direction(fixture_model, fixture_
         else:
             dtype = torch.bfloat16 if mode == "bfloat16 weights" else torch.float16
             reduced = copy.deepcopy(fixture_model).to(dtype)(**inputs).last_hidden_state
-    assert reduced.dtype != torch.float32
+    # Reduced precision ran: in the weights' dtype, or under autocast with the products in bfloat16 and the state in
+    # float32.
+    assert reduced.dtype != torch.float32 if "weights" in mode else not torch.equal(reduced, reference)
     cosine = min_cosine(reduced, reference, encoded["attention_mask"])
     print(f"\n{mode}: top layer cosine with fp32, min {cosine:.5f}")
     assert cosine >= 0.999
