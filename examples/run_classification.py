@@ -5,10 +5,11 @@
         --do_train --do_eval --do_predict --output_dir outputs/my-classifier --num_train_epochs 3 --learning_rate 1e-3
 
 The files hold a `text` column (and `text_pair` for pairs, when present) and a `label` column (strings or ints);
-the column names are arguments. The model is an `ElmoModel` folder (a converted or pre-trained biLM: a new head is
-added) or a fine-tuned `ElmoForSequenceClassification` folder. Accuracy and macro-F1 are reported for every split
-with labels, written to `output_dir/all_results.json`, and the output folder (model, tokenizer, model card) is ready
-for `push_to_hub`. Every `TrainingArguments` option applies (`--bf16`, `--per_device_train_batch_size`, ...).
+the column names are arguments. The model is an `ElmoModel` folder (a converted or pre-trained biLM, or a bundled one
+by name, `ko-nsmc`: a new head is added) or a fine-tuned `ElmoForSequenceClassification` folder. Accuracy and
+macro-F1 are reported for every split with labels, written to `output_dir/all_results.json`, and the output folder
+(model, tokenizer, model card) is ready for `push_to_hub`. Every `TrainingArguments` option applies (`--bf16`,
+`--per_device_train_batch_size`, ...).
 """
 
 import logging
@@ -19,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from datasets import load_dataset
 from model_card import write_fine_tuned_card
-from run_steps import check_steps
+from run_steps import check_steps, model_to_load
 from transformers import EvalPrediction, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 import hf_elmo
@@ -38,7 +39,7 @@ HEAD_OPTIONS = (
 @dataclass
 class ModelArguments:
     model_name_or_path: str = field(
-        metadata={"help": "an ElmoModel folder or a fine-tuned classifier (path or Hub id)"}
+        metadata={"help": "an ElmoModel folder, a bundled model (ko-nsmc) or a fine-tuned classifier (path or Hub id)"}
     )
     freeze_bilm: bool = field(default=True, metadata={"help": "train only the layer mix and the head (the paper)"})
     task_lstm_dim: int | None = field(default=None, metadata={"help": "units per direction of a task BiLSTM"})
@@ -148,9 +149,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     )
     set_seed(training_args.seed)
 
+    model_name = model_to_load(model_args.model_name_or_path)
     raw = load_splits(data_args)
-    tokenizer = ElmoTokenizer.from_pretrained(model_args.model_name_or_path)
-    saved_config = hf_elmo.ElmoConfig.from_pretrained(model_args.model_name_or_path)
+    tokenizer = ElmoTokenizer.from_pretrained(model_name)
+    saved_config = hf_elmo.ElmoConfig.from_pretrained(model_name)
     is_classifier = "ElmoForSequenceClassification" in (saved_config.architectures or [])
     labels = label_names(raw, data_args, saved_config if is_classifier else None)
     label2id = {name: i for i, name in enumerate(labels)}
@@ -158,7 +160,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
 
     overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
     model = ElmoForSequenceClassification.from_pretrained(
-        model_args.model_name_or_path,
+        model_name,
         num_labels=len(labels),
         id2label=dict(enumerate(labels)),
         label2id=label2id,

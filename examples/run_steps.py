@@ -1,6 +1,12 @@
-"""Which of training, evaluation and prediction a fine-tuning example runs, checked before any data is read."""
+"""What a fine-tuning example checks before any data is read: which of training, evaluation and prediction it runs,
+and the model it starts from."""
+
+import sys
+from pathlib import Path
 
 from transformers import TrainingArguments
+
+from hf_elmo.bundled import resolve_model_name
 
 
 def check_steps(training_args: TrainingArguments, data_args) -> None:
@@ -18,3 +24,15 @@ def check_steps(training_args: TrainingArguments, data_args) -> None:
     for chosen, flag, file, file_flag in steps:
         if chosen and file is None:
             raise ValueError(f"{flag} needs {file_flag}")
+
+
+def model_to_load(name: str) -> str:
+    """
+    What `from_pretrained` loads for `--model_name_or_path`: a folder, a bundled model's name (`ko-nsmc`) or a Hub id
+    (`hf_elmo.bundled.resolve_model_name`). Anything else ends the script with one line naming the fix, at once
+    when the Hub is out of reach.
+    """
+    try:
+        return resolve_model_name(name)
+    except ValueError as error:
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")

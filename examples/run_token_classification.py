@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from datasets import Dataset, DatasetDict, load_dataset
 from model_card import write_fine_tuned_card
-from run_steps import check_steps
+from run_steps import check_steps, model_to_load
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 from transformers import (
     DataCollatorForTokenClassification,
@@ -50,7 +50,9 @@ TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
 
 @dataclass
 class ModelArguments:
-    model_name_or_path: str = field(metadata={"help": "an ElmoModel folder or a fine-tuned tagger (path or Hub id)"})
+    model_name_or_path: str = field(
+        metadata={"help": "an ElmoModel folder, a bundled model (ko-nsmc) or a fine-tuned tagger (path or Hub id)"}
+    )
     freeze_bilm: bool = field(default=True, metadata={"help": "train only the layer mix and the head (the paper)"})
     task_lstm_dim: int | None = field(default=None, metadata={"help": "units per direction of a task BiLSTM"})
     mix_dropout: float | None = field(default=None, metadata={"help": "dropout on the ELMo layer mix"})
@@ -173,9 +175,10 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     )
     set_seed(training_args.seed)
 
+    model_name = model_to_load(model_args.model_name_or_path)
     raw = load_splits(data_args)
-    tokenizer = ElmoTokenizer.from_pretrained(model_args.model_name_or_path)
-    saved_config = hf_elmo.ElmoConfig.from_pretrained(model_args.model_name_or_path)
+    tokenizer = ElmoTokenizer.from_pretrained(model_name)
+    saved_config = hf_elmo.ElmoConfig.from_pretrained(model_name)
     is_tagger = "ElmoForTokenClassification" in (saved_config.architectures or [])
     tags = tag_names(raw, saved_config if is_tagger else None)
     tag2id = {tag: i for i, tag in enumerate(tags)}
@@ -184,7 +187,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     if model_args.use_crf:
         overrides["use_crf"] = True
     model = ElmoForTokenClassification.from_pretrained(
-        model_args.model_name_or_path,
+        model_name,
         num_labels=len(tags),
         id2label=dict(enumerate(tags)),
         label2id=tag2id,

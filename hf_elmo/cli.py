@@ -6,16 +6,13 @@ command, in the form `torchrun` and `accelerate launch` take.
 """
 
 import json
-import os
-import socket
 import sys
-import urllib.parse
 from functools import partial
 from pathlib import Path
 
 import torch
 
-from hf_elmo_launcher import DTYPE_NAMES, is_path_only, main
+from hf_elmo_launcher import DTYPE_NAMES, main
 
 from .embedding_pipeline import EmbedSettings, Processes, embed_file, run_identity
 from .errors import EmbedError, first_line
@@ -35,70 +32,34 @@ class CliError(EmbedError):
 
 
 def load_model(name: str, dtype: torch.dtype | str = "auto", device: str = "cpu", cpu_matmul: str = "auto"):
-    """An `ElmoModel` in eval mode and its `ElmoTokenizer` from a local folder, a bundled model's name or a Hub id;
-    `cpu_matmul` is the machine setting of `ElmoConfig`, chosen here at load time."""
+    """An `ElmoModel` in eval mode and its `ElmoTokenizer` from a local folder, a bundled model's name or a Hub id
+    (`resolve_model_name`); `cpu_matmul` is the machine setting of `ElmoConfig`, chosen here at load time."""
     from transformers.utils import logging as transformers_logging
 
-    from .bundled import resolve_model_name
     from .modeling_elmo import ElmoModel
     from .tokenization_elmo import ElmoTokenizer
 
     transformers_logging.disable_progress_bar()
-    name = resolve_model_name(name)
-    path = Path(name).expanduser()
-    offline = False
-    if path.is_dir():
-        _check_model_folder(path, name)
-    elif path.exists():
-        raise CliError(f"{name} is a file; the model is a folder (or a Hub id)")
-    elif is_path_only(name):
-        raise CliError(f"no such model folder: {name}")
-    else:
-        offline = _offline_without_network()
+    folder_or_id = resolved(name)
     try:
-        model = ElmoModel.from_pretrained(path if path.is_dir() else name, dtype=dtype, cpu_matmul=cpu_matmul)
-        tokenizer = ElmoTokenizer.from_pretrained(path if path.is_dir() else name)
+        model = ElmoModel.from_pretrained(folder_or_id, dtype=dtype, cpu_matmul=cpu_matmul)
+        tokenizer = ElmoTokenizer.from_pretrained(folder_or_id)
         model = model.to(device).eval()
     except (OSError, ValueError, TypeError, RuntimeError) as error:
-        if offline:
-            raise CliError(
-                f"no such model folder: {name}; as a Hub id it is not in the Hub cache, and the Hub cannot be reached"
-            ) from error
         raise CliError(f"cannot load {name} as an hf_elmo model: {first_line(error)}") from error
     if tokenizer.max_characters_per_token != model.config.max_characters_per_token:  # a folder without tokenizer files
         tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
     return model, tokenizer
 
 
-def _check_model_folder(path: Path, name: str):
-    """A one-line error for a folder that is not an hf_elmo model (checked before `ElmoConfig` reads it)."""
+def resolved(name: str, hub: bool = True) -> str:
+    """`resolve_model_name(name, hub)`, its error a `CliError`."""
+    from .bundled import resolve_model_name
+
     try:
-        model_type = json.loads((path / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except FileNotFoundError as error:
-        raise CliError(f"{name} is not an hf_elmo model folder (no config.json)") from error
-    except (OSError, ValueError, AttributeError) as error:
-        raise CliError(f"{name} is not an hf_elmo model folder (config.json: {first_line(error)})") from error
-    if model_type != "elmo":
-        raise CliError(f"{name} is not an hf_elmo model folder (model_type {model_type!r})")
-
-
-def _offline_without_network() -> bool:
-    """
-    Tries once, for a few seconds at most, to open a connection to the Hub. Without one, switches huggingface_hub
-    to offline mode and returns True: a cached model still loads, anything else fails at once instead of after
-    half a minute of retries. Behind a proxy, or with `HF_HUB_OFFLINE=1`, nothing is tried.
-    """
-    from huggingface_hub import constants
-
-    if constants.is_offline_mode() or any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")):
-        return False
-    endpoint = urllib.parse.urlsplit(constants.ENDPOINT)
-    try:
-        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=5).close()
-        return False
-    except OSError:
-        constants.HF_HUB_OFFLINE = True
-        return True
+        return resolve_model_name(name, hub)
+    except ValueError as error:
+        raise CliError(str(error)) from error
 
 
 # -- commands ---------------------------------------------------------------------------------------------------------
@@ -200,6 +161,7 @@ def _mix_weights(text: str, model) -> list[float]:
 def convert_command(args) -> int:
     from transformers.utils import logging as transformers_logging
 
+    from .bundled import hub_unreachable
     from .conversion_original import convert_original
     from .errors import ElmoConversionError
     from .folders import push_to_hub
@@ -217,11 +179,11 @@ def convert_command(args) -> int:
         else:
             output = convert_original(args.options_file, args.weight_file, args.output_dir, overwrite=args.overwrite)
     except ElmoConversionError as error:
-        raise CliError(str(error)) from error
+        raise CliError(first_line(error)) from error
     print(f"wrote {output}")
     if args.push_to_hub:
         retry = f"upload it with: hf upload {args.push_to_hub} {output}" + (" --private" if args.private else "")
-        if _offline_without_network():
+        if hub_unreachable():
             raise CliError(
                 f"{output} was written, but the upload to {args.push_to_hub} failed: the Hub cannot be "
                 f"reached; {retry}"
@@ -244,18 +206,17 @@ def export_command(args) -> int:
 
     transformers_logging.disable_progress_bar()  # a bar for loading a few tensors is noise
 
-    if Path(args.model_dir).is_dir():
-        _check_model_folder(Path(args.model_dir), args.model_dir)
+    model_dir = resolved(args.model_dir, hub=False)
     try:
         if args.format == "onnx":
             from .onnx_elmo import ONNX_FILE, export_onnx
 
-            output = export_onnx(args.model_dir, args.output_dir, overwrite=args.overwrite)
+            output = export_onnx(model_dir, args.output_dir, overwrite=args.overwrite)
             print(f"wrote {output}/{ONNX_FILE} with its config and tokenizer files")
             return 0
-        output = export_original(args.model_dir, args.output_dir, overwrite=args.overwrite)
-    except ElmoConversionError as error:
-        raise CliError(str(error)) from error
+        output = export_original(model_dir, args.output_dir, overwrite=args.overwrite)
+    except ElmoConversionError as error:  # a model that does not load says why in its first line
+        raise CliError(first_line(error)) from error
     print(f"wrote {output}/options.json and {output}/weights.hdf5")
     return 0
 

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 from torch._higher_order_ops.scan import scan
 
+from .bundled import resolve_model_name
 from .configuration_elmo import ElmoConfig
 from .errors import ElmoConversionError, first_line
 from .folders import atomic_directory
@@ -195,10 +196,12 @@ def example_inputs(forward: ElmoForOnnx, tokenizer: ElmoTokenizer) -> dict[str, 
 
 
 def load_for_export(model_dir: str | os.PathLike) -> tuple[ElmoForOnnx, ElmoTokenizer]:
-    """The model of a folder (by its `config.architectures`, in float32 and eval mode) and its tokenizer."""
-    path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise ElmoConversionError(f"{model_dir} is not an hf_elmo model folder (no config.json)")
+    """The model of a folder or a bundled model's name (by its `config.architectures`, in float32 and eval mode) and
+    its tokenizer."""
+    try:
+        path = resolve_model_name(str(model_dir), hub=False)
+    except ValueError as error:
+        raise ElmoConversionError(str(error)) from error
     try:
         config = ElmoConfig.from_pretrained(path)
         model_class = next((HEADS[name] for name in config.architectures or [] if name in HEADS), ElmoModel)

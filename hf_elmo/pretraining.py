@@ -31,7 +31,9 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments
 
 from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
+from .bundled import resolve_model_name
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
+from .errors import first_line
 from .modeling_elmo import ElmoForPreTraining
 from .text_files import read_sentences
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, PRE_TOKENIZERS, UNK_TOKEN, ElmoTokenizer
@@ -367,8 +369,11 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > training_args.world_size:  # each process would train alone, all writing the same folder
         raise ValueError(f"{launched} processes were launched but they do not train together; on CPU pass --use_cpu")
+    model = None
     if model_args.model_name_or_path is not None:
         check_nothing_overrides_the_model(data_args, model_args)
+        # Loaded before anything is written, so that a model that does not load leaves no output folder behind.
+        model, trained_tokenizer = load_pretrained(model_args)
     output_dir = Path(training_args.output_dir)
     # The first process builds the vocabulary (kept when resuming) or copies the trained model's, and saves the
     # tokenizer in the output folder; the others read it there. The Trainer is not given the tokenizer: it would align
@@ -376,18 +381,14 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     with training_args.main_process_first(desc="word vocabulary"):
         keep_vocab = training_args.resume and (output_dir / "word_vocab.json").is_file()
         if training_args.process_index == 0 and not keep_vocab:
-            if model_args.model_name_or_path is None:
+            if model is None:
                 save_tokenizer(data_args, model_args, output_dir)
             else:
-                ElmoTokenizer.from_pretrained(model_args.model_name_or_path).save_pretrained(output_dir)
+                trained_tokenizer.save_pretrained(output_dir)
         tokenizer = ElmoTokenizer.from_pretrained(output_dir)
-    if model_args.model_name_or_path is None:
+    if model is None:
         model = ElmoForPreTraining(model_config(model_args, tokenizer))
     else:
-        dropout = {} if model_args.lstm_dropout is None else {"lstm_dropout": model_args.lstm_dropout}
-        model = ElmoForPreTraining.from_pretrained(model_args.model_name_or_path, **dropout)
-        if model.config.word_vocab_size != tokenizer.word_vocab_size:
-            raise ValueError(f"{model_args.model_name_or_path} has no word softmax of its tokenizer's vocabulary")
         asked = model_args.n_negative_samples or model.config.n_negative_samples or NEGATIVE_SAMPLES
         model.config.n_negative_samples = min(asked, tokenizer.word_vocab_size)
     rates = {
@@ -424,6 +425,22 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
         apply_umask(output_dir)
     return metrics
+
+
+def load_pretrained(model_args: ModelArguments) -> tuple[ElmoForPreTraining, ElmoTokenizer]:
+    """The model `--model-name-or-path` names (a folder, a bundled model or a Hub id: `resolve_model_name`) and its
+    tokenizer; a one-line `ValueError` when they do not load or do not match."""
+    name = model_args.model_name_or_path
+    folder_or_id = resolve_model_name(name)
+    dropout = {} if model_args.lstm_dropout is None else {"lstm_dropout": model_args.lstm_dropout}
+    try:
+        model = ElmoForPreTraining.from_pretrained(folder_or_id, **dropout)
+        tokenizer = ElmoTokenizer.from_pretrained(folder_or_id)
+    except (OSError, ValueError, TypeError, RuntimeError) as error:
+        raise ValueError(f"cannot load {name} as an hf_elmo model: {first_line(error)}") from error
+    if model.config.word_vocab_size != tokenizer.word_vocab_size:
+        raise ValueError(f"{name} has no word softmax of its tokenizer's vocabulary")
+    return model, tokenizer
 
 
 def describe_run(model: ElmoForPreTraining, model_args: ModelArguments, rates: dict[str, float]) -> str:

@@ -15,7 +15,9 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 
 import hf_elmo
 from hf_elmo import BUNDLED_MODELS, ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, bundled_model_path
+from hf_elmo.bundled import resolve_model_name
 from hf_elmo.cli import main as cli_main
+from hf_elmo.onnx_elmo import load_for_export
 
 ROOT = Path(__file__).resolve().parents[1]
 SENTENCES = ["배가 고프다", "배를 타고 여행을 가다", "이 영화 정말 재미있다 ㅋㅋ"]
@@ -183,6 +185,62 @@ def test_embed_accepts_a_bundled_name(bilm, tokenizer, tmp_path, monkeypatch):
             torch.testing.assert_close(
                 torch.from_numpy(handle[str(index)][()]), expected, atol=FLOAT32_TOLERANCE, rtol=FLOAT32_TOLERANCE
             )
+
+
+def test_resolve_model_name_prefers_a_local_folder_then_a_bundled_model(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert resolve_model_name("ko-nsmc") == bundled_model_path("ko-nsmc")
+    (tmp_path / "ko-nsmc").mkdir()  # a local folder of that name wins, and must be a model
+    with pytest.raises(ValueError, match=r"^ko-nsmc is not an hf_elmo model folder \(no config.json\)$"):
+        resolve_model_name("ko-nsmc")
+    (tmp_path / "model.txt").write_text("not a folder", encoding="utf-8")
+    with pytest.raises(ValueError, match="^model.txt is a file; a model is a folder, a bundled model or a Hub id$"):
+        resolve_model_name("model.txt")
+    with pytest.raises(ValueError, match="^no such model folder: ./missing$"):
+        resolve_model_name("./missing")
+    with pytest.raises(ValueError, match=r"^no such model folder or bundled model \(ko-nsmc, ko-nsmc-sentiment\): k$"):
+        resolve_model_name("k", hub=False)
+
+
+def test_an_unknown_name_offline_fails_at_once_naming_hf_hub_offline(tmp_path, monkeypatch):
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ValueError) as raised:
+        resolve_model_name("someone/elmo")
+    assert str(raised.value) == (
+        "no such model folder or bundled model (ko-nsmc, ko-nsmc-sentiment): someone/elmo; as a Hub id it is not in "
+        "the Hub cache, and HF_HUB_OFFLINE=1 is set (unset it to download it)"
+    )
+
+
+def test_every_command_takes_a_bundled_name(bilm, tmp_path, monkeypatch, capsys):
+    """`info`, `export` (both formats) and `pretrain --model-name-or-path`; `embed` above. Nothing here is named
+    ko-nsmc, so the name means the bundled model."""
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["info", "ko-nsmc"]) == 0
+    assert f"parameters: {bilm.num_parameters():,}" in capsys.readouterr().out
+    # The name is found; what bilm-tf's format cannot hold is the reason, not the name.
+    assert cli_main(["export", "--model-dir", "ko-nsmc", "--output-dir", "original"]) == 1
+    assert capsys.readouterr().err == (
+        "hf-elmo: error: bilm-tf's format cannot hold this model: it has a learned character vocabulary (bilm-tf "
+        "reads UTF-8 bytes)\n"
+    )
+    forward, _ = load_for_export("ko-nsmc-sentiment")  # what `export --format onnx` exports (slow: test below)
+    assert forward.config.id2label == {0: "negative", 1: "positive"}
+
+    (tmp_path / "train.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
+    argv = ["pretrain", "--model-name-or-path", "ko-nsmc", "--train-file", "train.txt", "--validation-file"]
+    argv += ["train.txt", "--output-dir", "trained", "--max-steps", "1", "--batch-size", "2", "--use_cpu"]
+    assert cli_main(argv) == 0
+    trained = ElmoModel.from_pretrained(tmp_path / "trained").config  # ko-nsmc trained one step further
+    assert (trained.n_layers, trained.word_vocab_size) == (bilm.config.n_layers, bilm.config.word_vocab_size)
+
+
+@pytest.mark.slow
+def test_onnx_export_takes_a_bundled_name(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    assert cli_main(["export", "--format", "onnx", "--model-dir", "ko-nsmc", "--output-dir", "onnx"]) == 0
+    assert (tmp_path / "onnx" / "model.onnx").is_file()
 
 
 def test_quickstart_runs_offline_on_the_bundled_models():

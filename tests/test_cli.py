@@ -256,18 +256,29 @@ def test_hub_id_without_network_fails_at_once_unless_cached(model_dir, tmp_path)
     (cached / "refs").mkdir()
     (cached / "refs" / "main").write_text(revision)
     results = {
-        name: subprocess.run(
-            [sys.executable, "-m", "hf_elmo.cli", "info", name], capture_output=True, text=True, env=env, timeout=120
+        (name, offline): subprocess.run(
+            [sys.executable, "-m", "hf_elmo.cli", "info", name],
+            capture_output=True,
+            text=True,
+            env={**env, "HF_HUB_OFFLINE": offline},
+            timeout=120,
         )
         for name in ("someone/elmo", "someone/cached-elmo")
+        for offline in ("0", "1")
     }
-    assert results["someone/elmo"].returncode == 1
-    assert results["someone/elmo"].stderr == (
-        "hf-elmo: error: no such model folder: someone/elmo; as a Hub id it is "
-        "not in the Hub cache, and the Hub cannot be reached\n"
-    )
-    assert results["someone/cached-elmo"].returncode == 0, results["someone/cached-elmo"].stderr
-    assert results["someone/cached-elmo"].stdout.startswith("model: someone/cached-elmo\n")
+    reasons = {
+        "0": "the Hub cannot be reached (with HF_HUB_OFFLINE=1 it is not tried)",
+        "1": "HF_HUB_OFFLINE=1 is set",
+    }
+    for offline, reason in reasons.items():
+        assert results["someone/elmo", offline].returncode == 1
+        assert results["someone/elmo", offline].stderr.startswith(
+            "hf-elmo: error: no such model folder or bundled model (ko-nsmc, ko-nsmc-sentiment): someone/elmo; as a "
+            f"Hub id it is not in the Hub cache, and {reason}"
+        )
+        assert results["someone/elmo", offline].stderr.count("\n") == 1
+        cached = results["someone/cached-elmo", offline]
+        assert cached.returncode == 0 and cached.stdout.startswith("model: someone/cached-elmo\n"), cached.stderr
 
 
 def test_info_and_convert_errors(model_dir, model, tmp_path, capsys):

@@ -36,6 +36,13 @@ def base_model(tmp_path_factory) -> Path:
 
 
 def run_example(script: str, arguments: list, tmp_path: Path) -> subprocess.CompletedProcess:
+    result = start_example(script, arguments, tmp_path)
+    assert result.returncode == 0, result.stderr[-4000:]
+    return result
+
+
+def start_example(script: str, arguments: list, tmp_path: Path) -> subprocess.CompletedProcess:
+    """The example run offline on one thread, whatever its exit status."""
     env = {
         **os.environ,
         "PYTHONPATH": str(ROOT),
@@ -57,9 +64,7 @@ def run_example(script: str, arguments: list, tmp_path: Path) -> subprocess.Comp
         "--seed",
         "0",
     ]
-    result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
-    assert result.returncode == 0, result.stderr[-4000:]
-    return result
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
 
 
 def front_matter(card: str) -> list[str]:
@@ -189,6 +194,35 @@ def test_run_classification(base_model, tmp_path):
     assert "train_runtime" not in again and not (tmp_path / "evaluation" / "model.safetensors").exists()
     assert again["test_accuracy"] == pytest.approx(results["test_accuracy"])
     assert again["test_macro_f1"] == pytest.approx(results["test_macro_f1"])
+
+
+def test_examples_take_a_bundled_model_and_refuse_an_unknown_name_at_once(tmp_path):
+    """`--model_name_or_path ko-nsmc` is the bundled biLM; offline, a name that is neither a folder nor bundled is one
+    line naming HF_HUB_OFFLINE=1 instead of minutes of Hub retries and a traceback."""
+    write_sentences(tmp_path / "validation.csv", 8, seed=1)
+    write_conll(tmp_path / "dev.conll", tagged_sentences(4, seed=1))
+    evaluations = {
+        "run_classification.py": ["--validation_file", tmp_path / "validation.csv"],
+        "run_token_classification.py": ["--validation_file", tmp_path / "dev.conll"],
+    }
+    for script, data in evaluations.items():
+        output_dir = tmp_path / script
+        run_example(
+            script, ["--model_name_or_path", "ko-nsmc", *data, "--do_eval", "--output_dir", output_dir], tmp_path
+        )
+        assert 0.0 <= json.loads((output_dir / "all_results.json").read_text())["eval_accuracy"] <= 1.0
+
+        missing = start_example(
+            script,
+            ["--model_name_or_path", "someone/elmo", *data, "--do_eval", "--output_dir", tmp_path / "no"],
+            tmp_path,
+        )
+        assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr[-4000:]
+        assert missing.stderr.splitlines()[-1] == (
+            f"{script}: error: no such model folder or bundled model (ko-nsmc, ko-nsmc-sentiment): someone/elmo; "
+            "as a Hub id it is not in the Hub cache, and HF_HUB_OFFLINE=1 is set (unset it to download it)"
+        )
+        assert not (tmp_path / "no").exists()
 
 
 @pytest.mark.parametrize("crf_arguments", [[], ["--use_crf", "--crf_constraint", "BIO"]], ids=["softmax", "crf"])
