@@ -27,7 +27,7 @@ from conftest import (
 )
 
 import hf_elmo_launcher
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.cli import main
 from hf_elmo.configuration_elmo import CPU_MATMULS
 
@@ -224,6 +224,37 @@ def test_device_errors_name_the_device(model_dir, tmp_path, capsys):
         )
         error = capsys.readouterr().err.strip()
         assert error.startswith(f"hf-elmo: error: {message}") and "\n" not in error, error
+
+
+@pytest.mark.parametrize("damage", ["truncated weights", "config against the weights"])
+def test_a_damaged_model_folder_is_one_line_in_every_command_and_nothing_is_written(damage, tmp_path, capfd):
+    folder = tmp_path / "model"
+    shutil.copytree(bundled_model_path("ko-nsmc"), folder)
+    if damage == "truncated weights":
+        os.truncate(folder / "model.safetensors", 100_000)
+        named = f"{folder / 'model.safetensors'} is cut short or corrupt"
+    else:
+        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
+        config["n_layers"] = 1  # the weights hold 2
+        (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
+        named = "n_layers"
+    text = tmp_path / "in.txt"
+    text.write_text("배가 고프다\n", encoding="utf-8")
+    out = tmp_path / "out"
+    commands = {
+        "embed": ["embed", folder, text, out, "--top"],
+        "info": ["info", folder],
+        "export": ["export", "--model-dir", folder, "--output-dir", out],
+        "export onnx": ["export", "--format", "onnx", "--model-dir", folder, "--output-dir", out],
+        "pretrain": ["pretrain", "--model-name-or-path", folder, "--train-file", text, "--validation-file", text]
+        + ["--output-dir", out],
+    }
+    for command, argv in commands.items():
+        capfd.readouterr()
+        assert main(list(map(str, argv))) != 0, command
+        err = capfd.readouterr().err  # of the process: what transformers' loggers write too
+        assert err.startswith("hf-elmo: error: ") and err.count("\n") == 1 and named in err, (command, err)
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "model"], command
 
 
 def test_foreign_model_folder_is_named_in_one_line(tmp_path, capsys):
