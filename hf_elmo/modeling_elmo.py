@@ -1067,8 +1067,10 @@ class ElmoForTokenClassification(ElmoHeadModel):
         """
         Word-level predictions (the `token-classification` pipeline cannot read character rows): for a tokenizer
         output that has `word_ids()`, one `(label, probability)` per word of each sentence, labels from
-        `config.id2label`. Batched pairs are not supported. With `config.use_crf`, the labels are the Viterbi path
-        and each probability is the CRF's marginal probability of that label at that word.
+        `config.id2label`: a word of several positions (the morphemes of `korean_morphemes`) is read at its first,
+        as a model trained with labels at first positions only (-100 elsewhere) reads it. Batched pairs are not
+        supported. With `config.use_crf`, the labels are the Viterbi path and each probability is the CRF's marginal
+        probability of that label at that word.
         """
         inputs = {
             key: encoding[key].to(self.device)
@@ -1076,23 +1078,29 @@ class ElmoForTokenClassification(ElmoHeadModel):
             if key in encoding
         }
         logits = self(**inputs).logits
-        word_mask = torch.tensor(
-            [[word is not None for word in encoding.word_ids(row)] for row in range(logits.shape[0])],
-            device=logits.device,
-        )
+        firsts = []  # each row's first position of each word
+        for row in range(logits.shape[0]):
+            word_ids = encoding.word_ids(row)
+            firsts.append(
+                [
+                    position
+                    for position, word in enumerate(word_ids)
+                    if word is not None and (position == 0 or word_ids[position - 1] != word)
+                ]
+            )
+        word_mask = torch.zeros(logits.shape[:2], dtype=torch.bool, device=logits.device)
+        for row, positions in enumerate(firsts):
+            word_mask[row, positions] = True
         labels = self.decode(logits, word_mask)
         probabilities = self.crf.marginals(logits, word_mask) if self.crf is not None else logits.softmax(dim=-1)
         scores = probabilities.gather(-1, labels.clamp(min=0).unsqueeze(-1)).squeeze(-1)
-        sentences = []
-        for row in range(labels.shape[0]):
-            words = [(position, word) for position, word in enumerate(encoding.word_ids(row)) if word is not None]
-            sentences.append(
-                [
-                    (self.config.id2label[labels[row, position].item()], scores[row, position].item())
-                    for position, _ in words
-                ]
-            )
-        return sentences
+        return [
+            [
+                (self.config.id2label[labels[row, position].item()], scores[row, position].item())
+                for position in positions
+            ]
+            for row, positions in enumerate(firsts)
+        ]
 
 
 # ---------------------------------------------------------------------------------------------------------------------
