@@ -26,7 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from tokenizers import Tokenizer, models, trainers
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
 from . import model_card
@@ -72,7 +72,9 @@ def build_word_vocab(
     """
     A `tokenizers` `WordLevel` vocabulary of the words in `lines`: `<S>`, `</S>`, `<UNK>` (ids 0, 1, 2), then the
     words seen at least `min_count` times by decreasing count, `max_size` entries at most (specials included).
-    Frequency order is what the sampled softmax's log-uniform sampler assumes.
+    Frequency order is what the sampled softmax's log-uniform sampler assumes. The vocabulary splits text with the
+    `tokenizers` pre-tokenizer named; an analyser in Python (`korean_morphemes`) counts its units as they come, and
+    leaves the vocabulary without a pre-tokenizer.
     """
     if min_count < 1:
         raise ValueError(f"min_count must be at least 1, got {min_count}")
@@ -81,7 +83,11 @@ def build_word_vocab(
     if pre_tokenizer not in PRE_TOKENIZERS:
         raise ValueError(f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}, got {pre_tokenizer!r}")
     tokenizer = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
-    tokenizer.pre_tokenizer = PRE_TOKENIZERS[pre_tokenizer]()
+    splitter = PRE_TOKENIZERS[pre_tokenizer]()
+    if isinstance(splitter, pre_tokenizers.PreTokenizer):
+        tokenizer.pre_tokenizer = splitter
+    else:  # one unit per string: without a pre-tokenizer, each string is one word
+        lines = (unit for line in lines for unit, _ in splitter.pre_tokenize_str(line))
     trainer = trainers.WordLevelTrainer(
         vocab_size=max_size or 2**31 - 1,
         min_frequency=min_count,
@@ -178,8 +184,14 @@ def count_unknown_words(tokenizer: ElmoTokenizer, paths: Iterable[str | Path], c
     """`(words, <UNK> words)` of text files, split and looked up as the tokenizer's word vocabulary does."""
     words = unknown = 0
     lines = read_sentences(paths)
+    # A vocabulary without a pre-tokenizer holds an analyser's units (see build_word_vocab): the tokenizer splits.
+    presplit = tokenizer.word_tokenizer.pre_tokenizer is None
     while batch := [line for _, line in zip(range(chunk), lines)]:
-        for encoding in tokenizer.word_tokenizer.encode_batch(batch, add_special_tokens=False):
+        if presplit:
+            batch = [tokenizer.split_words(line) for line in batch]
+        for encoding in tokenizer.word_tokenizer.encode_batch(
+            batch, is_pretokenized=presplit, add_special_tokens=False
+        ):
             words += len(encoding.ids)
             unknown += encoding.ids.count(UNK_ID)
     return words, unknown
