@@ -13,6 +13,7 @@ from typing import NamedTuple
 import numpy as np
 from tokenizers import Tokenizer, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizerBase
+from transformers.utils import logging
 
 from .alphabet_elmo import (
     BYTE_ALPHABET,
@@ -24,6 +25,9 @@ from .alphabet_elmo import (
     MARKER_SYMBOL_OF_ROLE,
     CharacterAlphabet,
 )
+from .korean_morphemes import KoreanMorphemes, installed_versions
+
+logger = logging.get_logger(__name__)
 
 BOS_TOKEN, EOS_TOKEN = BYTE_BOUNDARY_WORDS
 UNK_TOKEN = "<UNK>"
@@ -36,6 +40,7 @@ PRE_TOKENIZERS = {
     "whitespace_split": pre_tokenizers.WhitespaceSplit,
     "whitespace": pre_tokenizers.Whitespace,
     "bert": pre_tokenizers.BertPreTokenizer,
+    "korean_morphemes": KoreanMorphemes,
 }
 
 
@@ -47,11 +52,31 @@ def word_to_char_ids(word: str, max_characters_per_token: int) -> list[int]:
     return BYTE_ALPHABET.word_row(word, max_characters_per_token)
 
 
-class EncodedExample(NamedTuple):
-    """One (possibly paired) example: its sentences' words and, per position, its row, word index and sentence."""
+class Sentence(NamedTuple):
+    """
+    One sentence as the tokenizer reads it: its units (a position each: the words, or the morphemes of
+    `korean_morphemes`), each unit's `(start, end)` in its string (`(0, len(unit))` when pre-split) and its word's
+    index.
+    """
 
-    sentences: tuple[list[str], list[str] | None]
+    units: list[str]
+    spans: list[tuple[int, int]]
+    words: list[int]
+
+    def first(self, count: int) -> "Sentence":
+        """The sentence cut to its first `count` units."""
+        return Sentence(self.units[:count], self.spans[:count], self.words[:count])
+
+
+class EncodedExample(NamedTuple):
+    """
+    One (possibly paired) example: its sentences and, per position, its row, its unit's index in its sentence, its
+    word's index and its sentence.
+    """
+
+    sentences: tuple[Sentence, Sentence | None]
     rows: list[list[int]]
+    unit_ids: list[int | None]
     word_ids: list[int | None]
     type_ids: list[int]
 
@@ -64,10 +89,22 @@ class ElmoBatchEncoding(BatchEncoding):
         self._word_ids = word_ids
 
     def word_ids(self, batch_index: int = 0) -> list[int | None]:
-        """Word index of each position of sequence `batch_index`; `None` for `<S>`, `</S>` and padding."""
+        """
+        Word index of each position of sequence `batch_index`; `None` for `<S>`, `</S>` and padding. With the
+        `korean_morphemes` pre-tokenizer, the morphemes of one whitespace word share its index.
+        """
         if self._word_ids is None:
             raise ValueError("word_ids() is only available on the output of the tokenizer's __call__")
         return self._word_ids[batch_index]
+
+    def pool_to_words(self, hidden):
+        """
+        [`pool_to_words`] with this batch's `word_ids()`: `hidden` `(..., batch, positions, dim)` -> one vector per
+        word `(..., batch, words, dim)` and the word mask `(batch, words)`.
+        """
+        if self._word_ids is None:
+            raise ValueError("pool_to_words() needs word_ids(): call it on the output of the tokenizer's __call__")
+        return pool_to_words(hidden, self._word_ids)
 
 
 class ElmoTokenizer(PreTrainedTokenizerBase):
@@ -76,15 +113,21 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     sentence.
 
     `input_ids` has shape `(batch, positions, max_characters_per_token)` and `attention_mask` `(batch, positions)`.
-    A word given in a pre-split list is always one position, whatever characters it holds. The vocabulary units are
-    characters (as for ByT5 and CANINE): `get_vocab()`, `len()` and `convert_tokens_to_ids` speak of characters;
-    `encode` and `decode` of sentences, each position a word.
+    A word given in a pre-split list is always one position, whatever characters it holds: the pre-tokenizer splits
+    raw strings only. The vocabulary units are characters (as for ByT5 and CANINE): `get_vocab()`, `len()` and
+    `convert_tokens_to_ids` speak of characters; `encode` and `decode` of sentences, each position a word.
 
     Args:
         max_characters_per_token (`int`): length of each character row (50 for the released models).
         pre_tokenizer (`str`): how raw strings are split into words, one of `"whitespace_split"` (split on
             whitespace only, the default: the released models read whitespace-tokenised text), `"whitespace"`
-            (`\w+|[^\w\s]+`) or `"bert"` (whitespace and punctuation).
+            (`\w+|[^\w\s]+`), `"bert"` (whitespace and punctuation) or `"korean_morphemes"` (Korean morphemes as
+            kiwipiepy analyses them, the `korean` extra: each morpheme a position, `word_ids()` its whitespace word;
+            see [`~korean_morphemes.KoreanMorphemes`]).
+        analyser_versions (`dict[str, str]`, *optional*): with `"korean_morphemes"`, the versions of `kiwipiepy` and
+            `kiwipiepy_model` the units were made with; by default those installed. Saved with the tokenizer and kept
+            on reload, where other installed versions are a warning (once per process): they may split some words
+            otherwise than the model learned.
         vocab_file (`str`, *optional*): a `tokenizers` `WordLevel` tokenizer JSON holding the word vocabulary of a
             language model (with `<S>`, `</S>` and `<UNK>`); it lets `__call__(..., return_word_labels=True)` give
             the word id of every position as `labels`. Saved and loaded with the tokenizer.
@@ -109,6 +152,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         vocab_file: str | None = None,
         char_vocab_file: str | None = None,
         word_input_vocab_file: str | None = None,
+        analyser_versions: dict[str, str] | None = None,
         **kwargs,
     ):
         if max_characters_per_token < 3:
@@ -125,6 +169,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         self.max_characters_per_token = max_characters_per_token
         self.pre_tokenizer = pre_tokenizer
         self._splitter = PRE_TOKENIZERS[pre_tokenizer]()
+        self.analyser_versions = _analyser_versions(pre_tokenizer, analyser_versions)
         self._bos_row = self.alphabet.boundary_row(False, max_characters_per_token)
         self._eos_row = self.alphabet.boundary_row(True, max_characters_per_token)
         self._pad_row = [0] * max_characters_per_token
@@ -136,6 +181,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         )
         self._symbols = self._character_symbols()
         self._symbol_by_id = {i: symbol for symbol, i in self._symbols.items()}
+        if self.analyser_versions is not None:
+            kwargs["analyser_versions"] = self.analyser_versions
         super().__init__(max_characters_per_token=max_characters_per_token, pre_tokenizer=pre_tokenizer, **kwargs)
         self.model_input_names = ["input_ids", "attention_mask"] + (
             ["word_input_ids"] if self.word_input_vocab is not None else []
@@ -255,10 +302,18 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     # -- encoding ---------------------------------------------------------------------------------------------------
 
     def split_words(self, text: str) -> list[str]:
-        """Splits a raw string into words with the configured `tokenizers` pre-tokenizer."""
+        """Splits a raw string into its units (a position each) with the configured pre-tokenizer."""
+        return self._split(text).units
+
+    def _split(self, text: str) -> Sentence:
+        """A raw string's units, their spans and their words (each unit its own; a Korean morpheme its eojeol's)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
-        return [word for word, _ in self._splitter.pre_tokenize_str(text)]
+        if isinstance(self._splitter, KoreanMorphemes):
+            morphemes = self._splitter.analyse(text)
+            return Sentence([m[0] for m in morphemes], [m[1] for m in morphemes], [m[2] for m in morphemes])
+        pieces = self._splitter.pre_tokenize_str(text)
+        return Sentence([unit for unit, _ in pieces], [span for _, span in pieces], list(range(len(pieces))))
 
     def word_to_row(self, word: str) -> list[int]:
         """The character-id row of one word (cached)."""
@@ -309,7 +364,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         marked by `token_type_ids` 1. With `return_word_labels=True` (needs a word vocabulary), `labels` holds the
         word id of every position, `<S>` and `</S>` included, -100 at padding: the targets of
         [`ElmoForPreTraining`]. `return_special_tokens_mask` marks the boundary positions; `return_offsets_mapping`
-        gives each word's `(start, end)` in its string (`(0, 0)` for boundaries); `split_special_tokens=True`
+        gives each unit's `(start, end)` in its string (`(0, 0)` for boundaries); `split_special_tokens=True`
         encodes the words `<S>` and `</S>` of the text as ordinary words.
         """
         _refuse_unsupported_arguments(
@@ -322,8 +377,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             raise ValueError("return_word_labels=True needs a word vocabulary: create the tokenizer with vocab_file=")
         limit = self._truncation_limit(truncation, max_length)
         examples = [
-            self._encode_one(words, pair, add_special_tokens, limit, split_special_tokens)
-            for words, pair in zip(firsts, seconds or [None] * len(firsts))
+            self._encode_one(first, pair, add_special_tokens, limit, split_special_tokens)
+            for first, pair in zip(firsts, seconds or [None] * len(firsts))
         ]
         data = {"input_ids": [example.rows for example in examples]}
         if self.word_input_vocab is not None:
@@ -335,7 +390,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if return_special_tokens_mask:
             data["special_tokens_mask"] = [[int(word is None) for word in example.word_ids] for example in examples]
         if return_offsets_mapping:
-            data["offset_mapping"] = self._offset_mapping(text, text_pair, batched, is_split_into_words, examples)
+            data["offset_mapping"] = [_offset_mapping(example) for example in examples]
         if return_length:
             data["length"] = [len(example.rows) for example in examples]
         word_ids = [example.word_ids for example in examples]
@@ -377,18 +432,18 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """Boundary positions added around one sentence (2) or a pair (4)."""
         return 4 if pair else 2
 
-    def _as_batch_of_words(self, text, is_split_into_words: bool, name: str) -> tuple[bool, list[list[str]]]:
-        """Normalises the accepted input forms to `(was_batched, list of word lists)`."""
+    def _as_batch_of_words(self, text, is_split_into_words: bool, name: str) -> tuple[bool, list[Sentence]]:
+        """Normalises the accepted input forms to `(was_batched, list of sentences)`."""
         if isinstance(text, str):
             if is_split_into_words:
                 raise ValueError(f"{name} is a str but is_split_into_words=True: pass a list of words")
-            return False, [self.split_words(text)]
+            return False, [self._split(text)]
         if not isinstance(text, Sequence) or isinstance(text, bytes):
             raise TypeError(f"{name} must be a str or a list, got {type(text).__name__}")
         if len(text) == 0:
             raise ValueError("cannot encode an empty batch")
         if not is_split_into_words:
-            return True, [self.split_words(t) for t in text]
+            return True, [self._split(t) for t in text]
         batched = any(isinstance(t, Sequence) and not isinstance(t, str) for t in text)
         sentences = text if batched else [text]
         for sentence in sentences:
@@ -400,10 +455,13 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             for word in sentence:
                 if not isinstance(word, str):
                     raise TypeError(f"a word must be a str, got {type(word).__name__}: {word!r}")
-        return batched, [list(sentence) for sentence in sentences]
+        return batched, [
+            Sentence(list(sentence), [(0, len(word)) for word in sentence], list(range(len(sentence))))
+            for sentence in sentences
+        ]
 
     def _batch_of_sentences(self, text, text_pair, is_split_into_words: bool):
-        """`(was_batched, first sentences, second sentences or None)`, each sentence a list of words."""
+        """`(was_batched, first sentences, second sentences or None)`, each a list of `Sentence`s."""
         batched, firsts = self._as_batch_of_words(text, is_split_into_words, "text")
         if text_pair is None:
             return batched, firsts, None
@@ -418,57 +476,38 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             truncation = True
         return (max_length or self.model_max_length) if truncation not in (None, False, "do_not_truncate") else None
 
-    def _offset_mapping(self, text, text_pair, batched: bool, is_split_into_words: bool, examples) -> list[list]:
-        """
-        `(start, end)` of each position's word in its string (each word alone when pre-split), `(0, 0)` for the
-        boundaries, per example.
-        """
-
-        def spans(sentence):
-            if sentence is None:
-                return []
-            if is_split_into_words:
-                return [(0, len(word)) for word in sentence]
-            return [span for _, span in self._splitter.pre_tokenize_str(sentence)]
-
-        firsts = text if batched else [text]
-        seconds = (text_pair if batched else [text_pair]) if text_pair is not None else [None] * len(firsts)
-        mapping = []
-        for first, second, example in zip(firsts, seconds, examples):
-            spans_of = (spans(first), spans(second))
-            mapping.append(
-                [
-                    (0, 0) if word is None else spans_of[type_id][word]
-                    for word, type_id in zip(example.word_ids, example.type_ids)
-                ]
-            )
-        return mapping
-
-    def _encode_one(self, words, pair, add_special_tokens, limit, split_special_tokens=False) -> EncodedExample:
-        """One (possibly paired) example, truncated to `limit` positions."""
+    def _encode_one(
+        self, first: Sentence, pair: Sentence | None, add_special_tokens, limit, split_special_tokens=False
+    ) -> EncodedExample:
+        """One (possibly paired) example, truncated to `limit` positions (the longer sentence's last units first)."""
         n_special = (2 if add_special_tokens else 0) * (1 if pair is None else 2)
         if limit is not None:
             room = limit - n_special
             if room < 0:
                 raise ValueError(f"max_length={limit} leaves no room for the {n_special} boundary positions")
             if pair is None:
-                words = words[:room]
+                first = first.first(room)
             else:
-                words, pair = list(words), list(pair)
-                while len(words) + len(pair) > room:
-                    (words if len(words) >= len(pair) else pair).pop()
-        rows, word_ids, type_ids = [], [], []
-        for type_id, sentence in enumerate([words] if pair is None else [words, pair]):
+                kept = [len(first.units), len(pair.units)]
+                while sum(kept) > room:
+                    kept[0 if kept[0] >= kept[1] else 1] -= 1
+                first, pair = first.first(kept[0]), pair.first(kept[1])
+        rows, unit_ids, word_ids, type_ids = [], [], [], []
+        row_of = self._plain_row if split_special_tokens else self.word_to_row
+        for type_id, sentence in enumerate([first] if pair is None else [first, pair]):
             if add_special_tokens:
                 rows.append(self._bos_row)
+                unit_ids.append(None)
                 word_ids.append(None)
-            rows.extend(self._plain_row(word) if split_special_tokens else self.word_to_row(word) for word in sentence)
-            word_ids.extend(range(len(sentence)))
+            rows.extend(row_of(unit) for unit in sentence.units)
+            unit_ids.extend(range(len(sentence.units)))
+            word_ids.extend(sentence.words)
             if add_special_tokens:
                 rows.append(self._eos_row)
+                unit_ids.append(None)
                 word_ids.append(None)
             type_ids.extend([type_id] * (len(rows) - len(type_ids)))
-        return EncodedExample((words, pair), rows, word_ids, type_ids)
+        return EncodedExample((first, pair), rows, unit_ids, word_ids, type_ids)
 
     def _plain_row(self, word: str) -> list[int]:
         """The row of `word` read as characters even when it is a boundary word (`split_special_tokens=True`)."""
@@ -478,11 +517,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """The word-vocabulary id of every position of one encoded example."""
         bos_id, eos_id = self.word_to_id(BOS_TOKEN), self.word_to_id(EOS_TOKEN)
         labels = []
-        for row, word_id, type_id in zip(example.rows, example.word_ids, example.type_ids):
-            if word_id is None:
+        for row, unit_id, type_id in zip(example.rows, example.unit_ids, example.type_ids):
+            if unit_id is None:
                 labels.append(bos_id if row is self._bos_row else eos_id)
             else:
-                labels.append(self.word_to_id(example.sentences[type_id][word_id]))
+                labels.append(self.word_to_id(example.sentences[type_id].units[unit_id]))
         return labels
 
     def _word_inputs(self, example: EncodedExample) -> list[int]:
@@ -491,9 +530,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         bos_id, eos_id = (vocab.get(word, unknown) for word in self.alphabet.boundary_words)
         return [
             (bos_id if row is self._bos_row else eos_id)
-            if word_id is None
-            else self.word_input_id(example.sentences[type_id][word_id])
-            for row, word_id, type_id in zip(example.rows, example.word_ids, example.type_ids)
+            if unit_id is None
+            else self.word_input_id(example.sentences[type_id].units[unit_id])
+            for row, unit_id, type_id in zip(example.rows, example.unit_ids, example.type_ids)
         ]
 
     # -- padding ----------------------------------------------------------------------------------------------------
@@ -592,6 +631,49 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return [self.decode(sequence, skip_special_tokens) for sequence in sequences]
 
 
+def pool_to_words(hidden, word_ids: list[list[int | None]]):
+    """
+    One vector per word, the mean of its positions: eojeol vectors from the morphemes of `korean_morphemes` (whose
+    `word_ids()` give each morpheme's whitespace word), e.g. to label words. With the other pre-tokenizers every word
+    is one position, and this only drops the boundaries and the padding.
+
+    Args:
+        hidden (`torch.Tensor`): `(..., batch, positions, dim)`: a layer `(batch, positions, dim)`, or the layers
+            stacked `(n_layers + 1, batch, positions, dim)`.
+        word_ids (`list[list[int | None]]`): each row's `word_ids()`, at most `positions` long.
+
+    Returns:
+        `(pooled, word_mask)`: `pooled` `(..., batch, words, dim)` holds each row's words in order (a run of
+        positions with one word id is one word, so that the two sentences of a pair stay apart), zeros past a row's
+        last word; `word_mask` `(batch, words)` is True at the words.
+    """
+    import torch
+
+    batch, positions = hidden.shape[-3], hidden.shape[-2]
+    if len(word_ids) != batch or any(len(ids) > positions for ids in word_ids):
+        raise ValueError(
+            f"word_ids must hold a row of at most {positions} positions for each of the {batch} rows of hidden"
+        )
+    cells, counts = [], []  # (row, word, position) of every position in a word; each row's count of words
+    for row, ids in enumerate(word_ids):
+        word = -1
+        for position, word_id in enumerate(ids):
+            if word_id is None:
+                continue
+            if position == 0 or ids[position - 1] != word_id:
+                word += 1
+            cells.append((row, word, position))
+        counts.append(word + 1)
+    words = max(counts, default=0)
+    weights = hidden.new_zeros(batch, words, positions)
+    if cells:
+        row, word, position = torch.tensor(cells, device=hidden.device).unbind(dim=1)
+        weights[row, word, position] = 1.0
+        weights /= weights.sum(dim=-1, keepdim=True).clamp(min=1)
+    word_mask = torch.arange(words, device=hidden.device) < torch.tensor(counts, device=hidden.device)[:, None]
+    return weights @ hidden, word_mask
+
+
 def _refuse_unsupported_arguments(
     unexpected: dict, text, text_target, text_pair_target, return_overflowing_tokens: bool, stride: int, padding_side
 ):
@@ -609,6 +691,40 @@ def _refuse_unsupported_arguments(
         raise ValueError("ElmoTokenizer pads on the right only")
     if text is None:
         raise ValueError("ElmoTokenizer needs text to encode")
+
+
+def _analyser_versions(pre_tokenizer: str, recorded: dict[str, str] | None) -> dict[str, str] | None:
+    """
+    The versions of the analyser a `korean_morphemes` tokenizer's units were made with (`None` for the other
+    pre-tokenizers): `recorded` (a saved tokenizer's), else those installed; a one-line warning, once per process, when
+    the installed ones differ. Imports kiwipiepy, so that a folder that needs it fails at load, naming the extra.
+    """
+    if PRE_TOKENIZERS[pre_tokenizer] is not KoreanMorphemes:
+        if recorded is not None:
+            raise ValueError(f"analyser_versions go with pre_tokenizer='korean_morphemes', not {pre_tokenizer!r}")
+        return None
+    installed = installed_versions()
+    if recorded is None:
+        return installed
+    if recorded != installed:
+        logger.warning_once(
+            f"this tokenizer's morphemes were made with {_describe(recorded)}; {_describe(installed)} is installed "
+            f"and may split some words otherwise: pip install {' '.join(f'{n}=={v}' for n, v in recorded.items())}"
+        )
+    return dict(recorded)
+
+
+def _describe(versions: dict[str, str]) -> str:
+    """`kiwipiepy 0.24.1, kiwipiepy_model 0.24.0`."""
+    return ", ".join(f"{name} {version}" for name, version in versions.items())
+
+
+def _offset_mapping(example: EncodedExample) -> list[tuple[int, int]]:
+    """`(start, end)` of each position's unit in its string (a pre-split unit alone); `(0, 0)` at boundaries."""
+    return [
+        (0, 0) if unit_id is None else example.sentences[type_id].spans[unit_id]
+        for unit_id, type_id in zip(example.unit_ids, example.type_ids)
+    ]
 
 
 def _batch_encoding(data: dict, word_ids: list, batched: bool, return_tensors) -> ElmoBatchEncoding:
@@ -688,4 +804,4 @@ def _to_list(value):
     return value
 
 
-__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "word_to_char_ids"]
+__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "pool_to_words", "word_to_char_ids"]
