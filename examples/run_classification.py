@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 from datasets import load_dataset
 from model_card import write_fine_tuned_card
-from run_steps import check_steps, model_to_load
+from run_steps import check_steps, model_to_load, pin_memory_only_for_a_gpu
 from transformers import EvalPrediction, HfArgumentParser, Trainer, TrainingArguments, set_seed
 
 import hf_elmo
@@ -142,6 +142,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_steps(training_args, data_args)
+    pin_memory_only_for_a_gpu(training_args)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         level=logging.INFO,

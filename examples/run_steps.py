@@ -1,9 +1,10 @@
-"""What a fine-tuning example checks before any data is read: which of training, evaluation and prediction it runs,
-and the model it starts from."""
+"""What a fine-tuning example settles before any data is read: which of training, evaluation and prediction it runs,
+the model it starts from, and whether its batches go to pinned memory."""
 
 import sys
 from pathlib import Path
 
+import torch
 from transformers import TrainingArguments
 
 from hf_elmo.bundled import resolve_model_name
@@ -36,3 +37,10 @@ def model_to_load(name: str) -> str:
         return resolve_model_name(name)
     except ValueError as error:
         sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")
+
+
+def pin_memory_only_for_a_gpu(training_args: TrainingArguments) -> None:
+    """Pinned memory only speeds up copies to a GPU; without one, every DataLoader of the run warns that it is unused
+    (the rule of `hf-elmo pretrain` too)."""
+    gpu = torch.cuda.is_available() and not training_args.use_cpu
+    training_args.dataloader_pin_memory = training_args.dataloader_pin_memory and gpu

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 from datasets import Dataset, DatasetDict, load_dataset
 from model_card import write_fine_tuned_card
-from run_steps import check_steps, model_to_load
+from run_steps import check_steps, model_to_load, pin_memory_only_for_a_gpu
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
 from transformers import (
     DataCollatorForTokenClassification,
@@ -168,6 +168,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
     parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
     model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
     check_steps(training_args, data_args)
+    pin_memory_only_for_a_gpu(training_args)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         level=logging.INFO,

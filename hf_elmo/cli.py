@@ -93,12 +93,15 @@ def embed_command(args) -> int:
     if counts is None:  # rank > 0: rank 0 reports
         return 0
     total, skipped = counts
-    summary = f"wrote {total} lines to {Path(args.output)}"
+    if total == 0:  # most likely the wrong file: say so, though an empty output is what an empty input gives
+        print(f"hf-elmo: warning: {args.input} holds no lines; wrote {Path(args.output)} with none", file=sys.stderr)
+        return 0
+    summary = f"wrote {total} line{'' if total == 1 else 's'} to {Path(args.output)}"
     if processes.world_size > 1:
         summary += f" from {processes.world_size} processes"
     if skipped:
         summary += (
-            f" ({len(skipped)} not valid UTF-8, skipped: written as entries of 0 words"
+            f" ({len(skipped)} not UTF-8 text, skipped: written as entries of 0 words"
             + ("" if args.verbose else "; --verbose lists their line numbers")
             + ")"
         )

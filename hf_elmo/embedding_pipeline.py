@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import json
 import os
+import re
 import shutil
 import signal
 import sys
@@ -29,6 +30,8 @@ from .text_files import TextFileError, UndecodableLine, count_lines, read_lines
 # Lines read ahead and sorted by length, so that each batch holds sentences of similar length.
 BUCKET_BATCHES = 32
 SETTINGS_NAME = "hf_elmo_embed"
+# The C0 control characters (and DEL) that are not whitespace to `str.split`.
+NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1b\x7f]")
 
 
 # -- run identity -----------------------------------------------------------------------------------------------------
@@ -358,6 +361,23 @@ class Processes:
 # -- the run ----------------------------------------------------------------------------------------------------------
 
 
+def text_lines(path: Path, errors: str, shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[int, str | None]]:
+    """
+    `read_lines`, where a line holding a control character that `str.split` does not take for whitespace (NUL, ESC,
+    DEL, ...) is no more text than one that is not UTF-8, and is read as such under each `errors`: no sentence holds
+    one, while binary and UTF-16 files hold them everywhere (so that 2,000 NUL bytes would otherwise be one "word").
+    """
+    for index, text in read_lines(path, errors, shard):
+        if text is not None and (control := NOT_TEXT.search(text)):
+            if errors == "strict":
+                raise UndecodableLine(
+                    f"{path} line {index + 1}: not text (control character U+{ord(control.group()):04X} at character "
+                    f"{control.start()}, as in binary and UTF-16 files)"
+                )
+            text = NOT_TEXT.sub("\ufffd", text) if errors == "replace" else None
+        yield index, text
+
+
 def input_error(error: TextFileError) -> EmbedError:
     """The one-line error for an input file that cannot be read, naming the flag that reads past a bad line."""
     hint = "; pass --errors replace or --errors skip" if isinstance(error, UndecodableLine) else ""
@@ -367,7 +387,7 @@ def input_error(error: TextFileError) -> EmbedError:
 @dataclass(frozen=True)
 class EmbedSettings:
     """
-    How every line is embedded and stored: `split` makes its words, `errors` reads it as `read_lines` does, `layers`
+    How every line is embedded and stored: `split` makes its words, `errors` reads it as `text_lines` does, `layers`
     is "all", "top", "average" or one weight per layer, `pooled` averages over its words (shapes: `hf_elmo.cli`).
     Lines come `batch_size` at a time; one of more than `max_words` words comes alone, run in windows of as many.
     """
@@ -399,7 +419,7 @@ def batch_lines(
     length; a line of more than `max_words` words comes alone (for `embed_long`).
     """
     while chunk := list(itertools.islice(lines, batch_size * BUCKET_BATCHES)):
-        # An undecodable line skipped under --errors skip is written as an entry of 0 words, like an empty line.
+        # A line that is not text, skipped under --errors skip, is written as an entry of 0 words, like an empty line.
         pending = [(index, [] if text is None else split(text)) for index, text in chunk if str(index) not in finished]
         short = sorted((line for line in pending if len(line[1]) <= max_words), key=lambda line: len(line[1]))
         yield from (short[start : start + batch_size] for start in range(0, len(short), batch_size))
@@ -423,7 +443,7 @@ def embed_shard(
 
     rank, world_size = shard
     done = sum(1 for index in output.finished if int(index) % world_size == rank)
-    lines = read_lines(input_path, settings.errors, shard)
+    lines = text_lines(input_path, settings.errors, shard)
     try:
         with (
             DeferredStop() as stop,
@@ -459,7 +479,7 @@ def assemble(output: Hdf5Output | NpyOutput, input_path: Path, errors: str, sent
     """Builds OUTPUT from the parts (with `sentence_to_index` unless told not to); returns the skipped line numbers."""
     mapping, skipped = {}, []
     try:
-        for index, text in read_lines(input_path, errors):
+        for index, text in text_lines(input_path, errors):
             if text is None:
                 skipped.append(index + 1)
             else:
@@ -490,7 +510,7 @@ def embed_file(
     Embeds every line of `input_path` into `output_path` (`output_format` "hdf5" or "npy", with `sentence_to_index`
     or without): each process its shard into `OUTPUT.parts/`, which rank 0 makes first and assembles into OUTPUT
     last. `identity` is the run's (`run_identity`); with `resume`, a stopped run with the same identity continues.
-    Returns, on rank 0, the number of lines and the numbers of those skipped as undecodable (None on other ranks).
+    Returns, on rank 0, the number of lines and the numbers of those skipped as not text (None on other ranks).
     """
     try:
         total = count_lines(input_path) if processes.rank == 0 else None

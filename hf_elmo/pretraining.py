@@ -399,16 +399,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
                 trained_tokenizer.save_pretrained(output_dir)
         tokenizer = ElmoTokenizer.from_pretrained(output_dir)
     if model is None:
+        asked_negatives = model_args.n_negative_samples or NEGATIVE_SAMPLES
         model = ElmoForPreTraining(model_config(model_args, tokenizer))
     else:
-        asked = model_args.n_negative_samples or model.config.n_negative_samples or NEGATIVE_SAMPLES
-        model.config.n_negative_samples = min(asked, tokenizer.word_vocab_size)
+        asked_negatives = model_args.n_negative_samples or model.config.n_negative_samples or NEGATIVE_SAMPLES
+        model.config.n_negative_samples = min(asked_negatives, tokenizer.word_vocab_size)
     rates = {
         "train_unk_rate": unk_rate(tokenizer, data_args.train_file),
         "eval_unk_rate": unk_rate(tokenizer, data_args.validation_file),
     }
     if training_args.process_index == 0:
-        print(describe_run(model, model_args, rates), file=sys.stderr)
+        print(describe_run(model, asked_negatives, rates), file=sys.stderr)
 
     train_dataset = (
         StreamingLineDataset(data_args.train_file) if data_args.streaming else LineDataset(data_args.train_file)
@@ -425,9 +426,8 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     resume = training_args.resume_from_checkpoint or (training_args.resume and _has_checkpoint(output_dir))
     trainer.train(resume_from_checkpoint=resume)
     trainer.save_model(str(output_dir))
-    metrics = trainer.evaluate()
+    metrics = final_metrics(trainer)
     metrics["train_unk_rate"] = rates["train_unk_rate"]
-    trainer.log_metrics("eval", metrics)
     if trainer.is_world_process_zero():
         write_model_card(output_dir, argv, data_args, model, trainer.state.global_step, metrics)
         if not training_args.keep_checkpoints:
@@ -437,6 +437,17 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
         apply_umask(output_dir)
     return metrics
+
+
+def final_metrics(trainer: Trainer) -> dict[str, float]:
+    """
+    The validation metrics of the trained model. The Trainer evaluates it at the end of training itself (and logs it)
+    unless `--eval-strategy no`: those metrics are taken, not computed and printed a second time.
+    """
+    evaluations = [entry for entry in trainer.state.log_history if "eval_perplexity" in entry]
+    if evaluations and evaluations[-1]["step"] == trainer.state.global_step:
+        return {name: value for name, value in evaluations[-1].items() if name != "step"}
+    return trainer.evaluate()
 
 
 def load_pretrained(model_args: ModelArguments) -> tuple[ElmoForPreTraining, ElmoTokenizer]:
@@ -455,12 +466,13 @@ def load_pretrained(model_args: ModelArguments) -> tuple[ElmoForPreTraining, Elm
     return model, tokenizer
 
 
-def describe_run(model: ElmoForPreTraining, model_args: ModelArguments, rates: dict[str, float]) -> str:
-    """What the run is about to train, printed before it starts: vocabulary coverage, size and negatives."""
+def describe_run(model: ElmoForPreTraining, asked_negatives: int, rates: dict[str, float]) -> str:
+    """What the run is about to train, printed before it starts: vocabulary coverage, size and negatives, and whether
+    the vocabulary size capped those asked for (by the options, the default or the model trained further)."""
     config = model.config
-    vocab, asked = config.word_vocab_size, model_args.n_negative_samples or config.n_negative_samples
-    negatives = f"{config.n_negative_samples:,}" + (
-        f" (asked {asked:,}: capped at the vocabulary size)" if asked > config.n_negative_samples else ""
+    vocab, used = config.word_vocab_size, config.n_negative_samples
+    negatives = f"{used:,}" + (
+        f" ({asked_negatives:,} capped at the vocabulary size)" if asked_negatives > used else ""
     )
     softmax = sum(p.numel() for p in model.softmax.parameters())
     return "\n".join(

@@ -179,7 +179,7 @@ def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
     capsys.readouterr()
     assert main(["embed", str(model_dir), str(bad), str(tmp_path / "skip.h5"), "--all", "--errors", "skip"]) == 0
     assert [line for line in capsys.readouterr().err.splitlines() if line.strip() and "embedding" not in line] == [
-        f"wrote 3 lines to {tmp_path / 'skip.h5'} (1 not valid UTF-8, skipped: written as entries of 0 words; "
+        f"wrote 3 lines to {tmp_path / 'skip.h5'} (1 not UTF-8 text, skipped: written as entries of 0 words; "
         "--verbose lists their line numbers)"
     ]
     skipped = read_hdf5(tmp_path / "skip.h5")
@@ -194,6 +194,29 @@ def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
     replaced = read_hdf5(tmp_path / "rep.h5")
     assert replaced["1"].shape == (3, 16)
     assert json.loads(replaced["sentence_to_index"][0])["sat \ufffd on"] == "1"
+
+
+def test_empty_input_warns_and_nul_bytes_are_not_a_word(model_dir, tmp_path, capsys):
+    """An empty file gives an empty output and says so; 2,000 NUL bytes (a binary file) are a line that is not text,
+    not one word; one line is "1 line"."""
+    (tmp_path / "empty.txt").write_bytes(b"")
+    assert main(["embed", str(model_dir), str(tmp_path / "empty.txt"), str(tmp_path / "empty.h5"), "--top"]) == 0
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"hf-elmo: warning: {tmp_path / 'empty.txt'} holds no lines; wrote {tmp_path / 'empty.h5'} with none"
+    )
+    assert read_hdf5(tmp_path / "empty.h5").keys() == {"sentence_to_index"}
+
+    (tmp_path / "nul.txt").write_bytes(b"\0" * 2000)
+    assert main(["embed", str(model_dir), str(tmp_path / "nul.txt"), str(tmp_path / "nul.h5"), "--top"]) == 1
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"hf-elmo: error: {tmp_path / 'nul.txt'} line 1: not text (control character U+0000 at character 0, as in "
+        "binary and UTF-16 files); pass --errors replace or --errors skip"
+    )
+    assert not any(path.name.startswith("nul.h5") for path in tmp_path.iterdir())
+    argv = ["embed", str(model_dir), str(tmp_path / "nul.txt"), str(tmp_path / "nul.h5"), "--top", "--errors", "skip"]
+    assert main(argv) == 0
+    assert capsys.readouterr().err.splitlines()[-1].startswith(f"wrote 1 line to {tmp_path / 'nul.h5'} (1 not UTF-8")
+    assert read_hdf5(tmp_path / "nul.h5")["0"].shape == (0, 16)
 
 
 def gzipped_without_suffix(folder: Path) -> Path:
@@ -371,8 +394,6 @@ def test_pretrain_subcommand_trains_and_saves_a_model(tmp_path, capsys):
         "20",
         "--min-count",
         "6",
-        "--n-negative-samples",
-        "100",
         "--batch-size",
         "4",
         "--max-steps",
@@ -391,12 +412,15 @@ def test_pretrain_subcommand_trains_and_saves_a_model(tmp_path, capsys):
     assert main(argv) == 0
     printed = capsys.readouterr()
     assert '"eval_perplexity": ' in printed.out and '"eval_unk_rate": 0.1428' in printed.out  # the final metrics
+    # The Trainer evaluates the last step and logs it; the command prints that evaluation once, without a second one.
+    assert printed.out.count("'eval_perplexity'") == 1 and printed.out.count('"eval_perplexity"') == 1
+    assert "eval metrics" not in printed.out
     # cat, dog, bird and cow (5 times each) are under --min-count: 20 of the 140 words are <UNK>
     assert (
         "word vocabulary: 8 words, <S> </S> <UNK> included; <UNK> rate 14.3% of the training words, 14.3% of "
         "the validation words" in printed.err
     )
-    assert "negative samples per batch: 8 (asked 100: capped at the vocabulary size)" in printed.err
+    assert "negative samples per batch: 8 (8,192 capped at the vocabulary size)" in printed.err  # bilm-tf's default
     model = ElmoModel.from_pretrained(tmp_path / "model")
     assert (
         f"parameters: {model.num_parameters() + 8 * 33:,} ({model.num_parameters():,} biLM, 264 softmax)"

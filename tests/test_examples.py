@@ -207,10 +207,11 @@ def test_examples_take_a_bundled_model_and_refuse_an_unknown_name_at_once(tmp_pa
     }
     for script, data in evaluations.items():
         output_dir = tmp_path / script
-        run_example(
+        evaluated = run_example(
             script, ["--model_name_or_path", "ko-nsmc", *data, "--do_eval", "--output_dir", output_dir], tmp_path
         )
         assert 0.0 <= json.loads((output_dir / "all_results.json").read_text())["eval_accuracy"] <= 1.0
+        assert "pin_memory" not in evaluated.stderr  # no GPU here: no pinned memory, and no warning about it
 
         missing = start_example(
             script,

@@ -18,7 +18,14 @@ from transformers import EvalPrediction
 
 from hf_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, kernels_cpu_products, modeling_elmo
 from hf_elmo.modeling_elmo import ElmoForPreTraining
-from hf_elmo.pretraining import build_word_vocab, direction_nll_sums, main, perplexity_metrics
+from hf_elmo.pretraining import (
+    NEGATIVE_SAMPLES,
+    build_word_vocab,
+    describe_run,
+    direction_nll_sums,
+    main,
+    perplexity_metrics,
+)
 
 WORDS = [f"w{i}" for i in range(24)]
 
@@ -405,6 +412,16 @@ def test_finished_run_keeps_the_model_and_a_card_not_the_checkpoints(pretrained_
     assert "- Steps: 300." in card and "hf-elmo pretrain --train-file" in card
     assert f"| {metrics['eval_forward_perplexity']:.2f} | {metrics['eval_backward_perplexity']:.2f} | " in card
     assert metrics["eval_unk_rate"] == metrics["train_unk_rate"] == 0.0  # min count 1: every word is in
+
+
+def test_the_run_says_when_the_vocabulary_caps_the_negatives_asked_or_the_default():
+    model = ElmoForPreTraining(tiny_config(word_vocab_size=8, n_negative_samples=8))
+    rates = {"train_unk_rate": 0.0, "eval_unk_rate": 0.0}
+    for asked in (NEGATIVE_SAMPLES, 100):
+        assert describe_run(model, asked, rates).splitlines()[-1] == (
+            f"negative samples per batch: 8 ({asked:,} capped at the vocabulary size)"
+        )
+    assert describe_run(model, 8, rates).splitlines()[-1] == "negative samples per batch: 8"
 
 
 def test_metrics_count_unk_words():
