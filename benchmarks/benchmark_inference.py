@@ -4,8 +4,10 @@ Prints one markdown table: throughput at each batch size (1 and 32 by default), 
 layer's max |diff| against hf_elmo's exact path and against AllenNLP, its minimum cosine with hf_elmo's exact path in
 float32, and the peak memory one call added (resident memory on the CPU, allocated GPU memory on CUDA). The paths
 take turns batch by batch on the same sentences, so that load from other processes falls on all of them alike.
-On the CPU it also runs the opt-in int8 products (`cpu_matmul="int8"`), and prints this machine's float32 GEMM peak
-and the share of it each float32 hf_elmo row uses (the floating-point operations it executes per second).
+On the CPU it also runs the opt-in int8 products (`cpu_matmul="int8"`) and the fast path under bfloat16 autocast
+(mixed precision, as `--bf16` runs a model), and prints this machine's float32 and bfloat16 GEMM peaks and the share
+of its dtype's peak each fast hf_elmo row uses (the floating-point operations it executes per second). A CPU without
+bfloat16 instructions (avx512_bf16 or amx_bf16) is named as such: its bfloat16 row has no goal there.
 
     PYTHONPATH=$PWD:/tmp/allennlp_site:../shared/peer python benchmarks/benchmark_inference.py
     ... benchmarks/benchmark_inference.py --device cuda --dtype bf16 --batches 1:32,64:1024,256:2048
@@ -24,7 +26,7 @@ import time
 from pathlib import Path
 
 import torch
-from common import PeakRss, make_sentences, write_random_original_checkpoint
+from common import PeakRss, cpu_has_bfloat16, make_sentences, write_random_original_checkpoint
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.conversion_original import load_original
@@ -45,6 +47,9 @@ def load_allennlp(options_file: Path, weight_file: Path):
 
 
 DTYPES = {"fp32": torch.float32, "tf32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+BFLOAT16_AUTOCAST = "hf_elmo fast, bf16 autocast (mixed precision)"
+# The dtypes whose GEMM peak the CPU rows are measured against.
+PEAK_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def finished(device: torch.device) -> float:
@@ -54,10 +59,13 @@ def finished(device: torch.device) -> float:
     return time.perf_counter()
 
 
-def hf_elmo_path(model, tokenizer, recurrence_implementation: str, cpu_matmul: str = "auto"):
+def hf_elmo_path(
+    model, tokenizer, recurrence_implementation: str, cpu_matmul: str = "auto", autocast: torch.dtype | None = None
+):
     """
     From words to `(seconds, float32 CPU top layer with boundary rows, mask)` with hf_elmo under
-    `recurrence_implementation` ("reference": the exact reference code; "auto": the fast kernels) and `cpu_matmul`.
+    `recurrence_implementation` ("reference": the exact reference code; "auto": the fast kernels) and `cpu_matmul`,
+    under autocast to `autocast` where given.
     """
 
     def run(batch):
@@ -65,7 +73,8 @@ def hf_elmo_path(model, tokenizer, recurrence_implementation: str, cpu_matmul: s
         model.config.cpu_matmul = cpu_matmul
         began = finished(model.device)
         encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt").to(model.device)
-        output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
+        with torch.autocast(model.device.type, dtype=autocast, enabled=autocast is not None):
+            output = model(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
         seconds = finished(model.device) - began
         return seconds, output.last_hidden_state.float().cpu(), encoded["attention_mask"].bool().cpu()
 
@@ -161,9 +170,9 @@ def step_products_bound(model, batch_size: int, words_per_position: float, repea
     return positions_per_second * words_per_position
 
 
-def gemm_peak(size: int = 2048, repeats: int = 10) -> float:
-    """This machine's float32 GEMM peak in GFLOP/s: the best of `repeats` `(size, size) @ (size, size)` products."""
-    a, b = torch.randn(size, size), torch.randn(size, size)
+def gemm_peak(size: int = 2048, repeats: int = 10, dtype: torch.dtype = torch.float32) -> float:
+    """This machine's GEMM peak in `dtype`, GFLOP/s: the best of `repeats` `(size, size) @ (size, size)` products."""
+    a, b = torch.randn(size, size, dtype=dtype), torch.randn(size, size, dtype=dtype)
     a @ b
     best = float("inf")
     for _ in range(repeats):
@@ -238,14 +247,15 @@ def main():
     }
     if device.type == "cpu" and DTYPES[args.dtype] == torch.float32:
         paths["hf_elmo fast, int8 products (opt-in)"] = hf_elmo_path(model, tokenizer, "auto", "int8")
+        paths[BFLOAT16_AUTOCAST] = hf_elmo_path(model, tokenizer, "auto", autocast=torch.bfloat16)
     float32_exact = hf_elmo_path(float32_model, tokenizer, "reference")
     allennlp = None if args.no_allennlp else load_allennlp(options_file, weight_file)
     if allennlp is not None:
         paths = {"AllenNLP 2.10.1 Elmo": allennlp_path(allennlp[0].to(device), allennlp[1], device), **paths}
 
     load_before = f"{os.getloadavg()[0]:.2f}"
-    # The peak is taken before and after the paths, the better of the two: other processes' load lowers it.
-    peak_before = gemm_peak() if device.type == "cpu" else None
+    # The peaks are taken before and after the paths, the better of the two: other processes' load lowers them.
+    peaks_before = [gemm_peak(dtype=dtype) for dtype in PEAK_DTYPES] if device.type == "cpu" else None
     sentences = make_sentences(max(count for _, count in args.batches), seed=0)
     rows, bounds = [], {}
     with torch.inference_mode():
@@ -274,11 +284,14 @@ def main():
             torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = args.dtype == "tf32"
             baseline = results.get("AllenNLP 2.10.1 Elmo")
             for name, (seconds, memory, outputs) in results.items():
-                float32_fast = (
-                    device.type == "cpu"
+                # Rows whose products run in one dtype at a known peak: the fast path in float32 and in bfloat16.
+                peak_dtype = (
+                    (torch.bfloat16 if name == BFLOAT16_AUTOCAST else torch.float32)
+                    if device.type == "cpu"
                     and name.startswith("hf_elmo fast")
                     and "int8" not in name
                     and DTYPES[args.dtype] == torch.float32
+                    else None
                 )
                 rows.append(
                     (
@@ -291,7 +304,7 @@ def main():
                         f"{max_diff(outputs, baseline[2]):.1e}" if baseline else "-",
                         f"{min_cosine(outputs, reference):.5f}",
                         memory / 2**20,
-                        flops / seconds / 1e9 if float32_fast else None,
+                        (flops / seconds / 1e9, peak_dtype) if peak_dtype else None,
                     )
                 )
 
@@ -308,23 +321,33 @@ def main():
         f"end to end from words (tokenize + model)\n"
     )
     memory = "peak GPU memory added (MB)" if device.type == "cuda" else "peak RSS added (MB)"
-    peak = max(peak_before, gemm_peak()) if device.type == "cpu" else None
+    peaks = (
+        dict(zip(PEAK_DTYPES, map(max, peaks_before, [gemm_peak(dtype=dtype) for dtype in PEAK_DTYPES])))
+        if device.type == "cpu"
+        else {}
+    )
+    if device.type == "cpu" and not cpu_has_bfloat16():
+        print("this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): its bfloat16 rows have no goal here")
     print(
         "| path | batch | sentences | words/s | vs AllenNLP | max abs diff vs exact | max abs diff vs AllenNLP "
-        f"| min cosine vs fp32 exact | {memory} | GFLOP/s (of fp32 GEMM peak) |"
+        f"| min cosine vs fp32 exact | {memory} | GFLOP/s (of the GEMM peak in its dtype) |"
     )
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
-    for name, batch_size, count, speed, ratio, diff_exact, diff_allennlp, cosine, memory, gflops in rows:
-        compute = f"{gflops:.0f} ({gflops / peak:.0%})" if gflops is not None and peak else "-"
+    for name, batch_size, count, speed, ratio, diff_exact, diff_allennlp, cosine, memory, compute in rows:
+        if compute is not None and peaks:
+            gflops, dtype = compute
+            compute = f"{gflops:.0f} ({gflops / peaks[dtype]:.0%})"
+        else:
+            compute = "-"
         print(
             f"| {name} | {batch_size} | {count} | {speed:.1f} | {ratio} | {diff_exact} | {diff_allennlp} "
             f"| {cosine} | {memory:.0f} | {compute} |"
         )
-    if peak:
+    if peaks:
         print(
-            f"\nfp32 GEMM peak here: {peak:.0f} GFLOP/s (the best (2048, 2048) @ (2048, 2048) torch.mm on "
-            f"{torch.get_num_threads()} threads, before and after the paths); GFLOP/s counts the products the fast "
-            "path executes (see model_flops)"
+            f"\nGEMM peaks here: fp32 {peaks[torch.float32]:.0f}, bf16 {peaks[torch.bfloat16]:.0f} GFLOP/s (the best "
+            f"(2048, 2048) @ (2048, 2048) torch.mm in each dtype on {torch.get_num_threads()} threads, before and "
+            "after the paths); GFLOP/s counts the products the fast path executes (see model_flops)"
         )
     if bounds:
         print(

@@ -1,10 +1,12 @@
 """Pre-training throughput of `hf-elmo pretrain`: the code before the fast training path beside today's, in one run.
 
 For each shape (the shipped ko-nsmc biLM's, and the `small` preset with the same data options) and thread count, the
-real command trains a few steps on the NSMC training text, once with the code of `--baseline-rev` (taken from git)
-and once with this tree. Printed per run: the Trainer's own `train_samples_per_second` (reviews/s), real positions
-per second (words and sentence markers, not padding), the training arithmetic the path executes per second and its
-share of this machine's float32 GEMM peak, and the ratio of the new path to the old.
+real command trains a few steps on the NSMC training text, once with the code of `--baseline-rev` (taken from git),
+once with this tree, and once with this tree and `--bf16` (mixed precision: bfloat16 autocast). Printed per run: the
+Trainer's own `train_samples_per_second` (reviews/s), real positions per second (words and sentence markers, not
+padding), the training arithmetic the path executes per second and its share of this machine's GEMM peak in the
+path's dtype, and the ratios of each path to the old one and of bf16 to this tree's fp32. A CPU without bfloat16
+instructions (avx512_bf16 or amx_bf16) is named as such: its bf16 rows have no goal there.
 
     python examples/nsmc/prepare_nsmc.py --input ../shared/data/nsmc/reviews.tsv.gz --output-dir outputs/nsmc/data \
         --extra-train-sizes 100000 0 --pretrain-size 0
@@ -28,6 +30,7 @@ from pathlib import Path
 
 import torch
 from benchmark_inference import gemm_peak
+from common import cpu_has_bfloat16
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.configuration_elmo import ElmoConfig
@@ -42,6 +45,9 @@ DATA_OPTIONS = ["--pre-tokenizer", "whitespace", "--max-vocab-size", "100000", "
 DATA_OPTIONS += ["--char-vocab", "learned", "--max-characters-per-token", "20", "--n-negative-samples", "1024"]
 SHAPES = {"ko-nsmc": {"preset": "tiny", "projection_dim": 128, "cell_dim": 512}, "small": {"preset": "small"}}
 REPOSITORY = Path(__file__).resolve().parents[1]
+# The runs of each shape and thread count: the old path in fp32, this tree in fp32 and under `--bf16`.
+PATHS = (("old", False), ("new", False), ("new", True))
+PEAK_DTYPES = (torch.float32, torch.bfloat16)
 
 
 def parse_args() -> argparse.Namespace:
@@ -70,10 +76,13 @@ def baseline_tree(revision: str, folder: Path) -> Path:
 
 
 def reviews_per_second(
-    tree: Path, shape: str, threads: int, steps: int, args, tokenizer_dir: Path, workdir: Path
+    tree: Path, shape: str, threads: int, steps: int, args, tokenizer_dir: Path, workdir: Path, bf16: bool = False
 ) -> float:
-    """`train_samples_per_second` of `hf-elmo pretrain` run with the package in `tree` (its vocabulary reused)."""
-    output_dir = workdir / f"run-{tree.name}-{shape}-{threads}"
+    """
+    `train_samples_per_second` of `hf-elmo pretrain` run with the package in `tree` (its vocabulary reused), with
+    `--bf16` where `bf16`.
+    """
+    output_dir = workdir / f"run-{tree.name}-{shape}-{threads}-{'bf16' if bf16 else 'fp32'}"
     shutil.rmtree(output_dir, ignore_errors=True)
     shutil.copytree(tokenizer_dir, output_dir)  # `--resume` keeps a vocabulary already in the output folder
     command = [sys.executable, "-m", "hf_elmo.pretraining", "--train-file", str(workdir / "train.txt")]
@@ -82,7 +91,9 @@ def reviews_per_second(
     command += [*map(str, shape_options), *DATA_OPTIONS, "--batch-size", str(args.batch_size)]
     command += ["--max-length", str(args.max_length), "--max-steps", str(steps), "--eval-strategy", "no"]
     command += ["--save-steps", "1000000", "--logging-steps", str(steps), "--disable-tqdm", "true"]
-    command += ["--seed", "0", "--report-to", "none"]
+    command += ["--seed", "0", "--report-to", "none", "--bf16", str(bf16).lower()]
+    if bf16 and not torch.cuda.is_available():  # the Trainer takes bf16 on the CPU only when told it trains there
+        command += ["--use-cpu", "true"]
     environment = {**os.environ, "PYTHONPATH": str(tree), "OMP_NUM_THREADS": str(threads), "HF_HUB_OFFLINE": "1"}
     # Run from the work folder: `python -m` puts the working directory first on the path, before PYTHONPATH.
     result = subprocess.run(command, capture_output=True, text=True, env=environment, cwd=workdir)
@@ -150,30 +161,40 @@ def main():
         trees = {"old": baseline_tree(args.baseline_rev, workdir / "baseline"), "new": REPOSITORY}
         print(f"CPU: {cpu_model()}; torch {torch.__version__}; batch {args.batch_size} reviews, {args.steps} steps")
         print(f"{per_review:.2f} real positions per review, {padded_positions / args.batch_size:.1f} when padded\n")
-        print("| shape | threads | path | reviews/s | real positions/s | executed GFLOP/s | of GEMM peak | new/old |")
-        print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: |")
+        if not cpu_has_bfloat16():
+            print("this CPU has no bfloat16 instructions (avx512_bf16, amx_bf16): its bf16 rows have no goal here\n")
+        print(
+            "| shape | threads | path | reviews/s | real positions/s | executed GFLOP/s | of its dtype's GEMM peak "
+            "| vs old | bf16 vs fp32 |"
+        )
+        print("| --- | ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: |")
         for shape in args.shapes:
             model_args = ModelArguments(**SHAPES[shape], max_characters_per_token=20, n_negative_samples=1024)
             config = model_config(model_args, tokenizer)
             for threads in args.threads:
                 torch.set_num_threads(threads)
-                # On a CUDA machine the Trainer trains on the GPU: the CPU's peak says nothing there.
-                peak = None if torch.cuda.is_available() else gemm_peak()
+                # On a CUDA machine the Trainer trains on the GPU: the CPU's peaks say nothing there.
+                peaks = {} if torch.cuda.is_available() else {dtype: gemm_peak(dtype=dtype) for dtype in PEAK_DTYPES}
                 # The new path measures its product libraries on first use: an untimed run first.
                 reviews_per_second(trees["new"], shape, threads, 2, args, tokenizer_dir, workdir)
                 speeds = {
-                    path: reviews_per_second(tree, shape, threads, args.steps, args, tokenizer_dir, workdir)
-                    for path, tree in trees.items()
+                    (path, bf16): reviews_per_second(
+                        trees[path], shape, threads, args.steps, args, tokenizer_dir, workdir, bf16
+                    )
+                    for path, bf16 in PATHS
                 }
-                peak = peak and max(peak, gemm_peak())
-                for path, speed in speeds.items():
+                peaks = {dtype: max(peak, gemm_peak(dtype=dtype)) for dtype, peak in peaks.items()}
+                for (path, bf16), speed in speeds.items():
                     lstm_positions = padded_positions if path == "old" else real_positions
                     gflop = training_gflop(config, lstm_positions, targets, distinct_words)
                     gflops = gflop * speed / args.batch_size
-                    ratio = f"{speed / speeds['old']:.2f}x" if path == "new" else ""
+                    peak = peaks.get(torch.bfloat16 if bf16 else torch.float32)
+                    versus_old = f"{speed / speeds['old', False]:.2f}x" if path == "new" else ""
+                    versus_fp32 = f"{speed / speeds['new', False]:.2f}x" if bf16 else ""
                     print(
-                        f"| {shape} | {threads} | {path} | {speed:.1f} | {speed * per_review:,.0f} | {gflops:.1f} "
-                        f"| {f'{gflops / peak:.0%} of {peak:.0f}' if peak else '-'} | {ratio} |",
+                        f"| {shape} | {threads} | {path}{' bf16' if bf16 else ''} | {speed:.1f} "
+                        f"| {speed * per_review:,.0f} | {gflops:.1f} "
+                        f"| {f'{gflops / peak:.0%} of {peak:.0f}' if peak else '-'} | {versus_old} | {versus_fp32} |",
                         flush=True,
                     )
 

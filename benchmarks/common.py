@@ -32,6 +32,15 @@ def write_random_original_checkpoint(folder: Path, config: ElmoConfig, seed: int
     return options_file, weight_file
 
 
+def cpu_has_bfloat16() -> bool:
+    """Whether this CPU multiplies in bfloat16 natively (avx512_bf16 or amx_bf16 among its /proc/cpuinfo flags)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text().split()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
 def make_sentences(count: int, seed: int = 0, mean_words: int = 25) -> list[list[str]]:
     """`count` sentences of `mean_words - 5` to `mean_words + 5` words from a Zipf-distributed made-up vocabulary."""
     rng = random.Random(seed)

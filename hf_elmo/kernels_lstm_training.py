@@ -111,7 +111,7 @@ class SavedLayer(NamedTuple):
     hidden_clip_passes: torch.Tensor | None  # (positions, output_dim): 1.0 where the output's clip passes the gradient
     memory_clip_passes: torch.Tensor | None  # (positions, cell_dim): the same for the memory's clip; None: no clip
     memory_tanh: torch.Tensor  # (positions, cell_dim)
-    cell_outputs: torch.Tensor  # (positions, cell_dim): what the projection multiplies
+    cell_outputs: torch.Tensor  # (positions, cell_dim): what the projection multiplies, in the products' dtype
 
 
 class DirectionSettings(NamedTuple):
@@ -227,7 +227,11 @@ def layer_forward(
     unclipped_hidden = hidden.new_empty(positions, output_dim) if proj_clip is not None else packed_hidden
     unclipped_memory = memory.new_empty(positions, cell) if cell_clip is not None else packed_memory
     memory_tanh = memory.new_empty(positions, cell)
-    cell_outputs = memory.new_empty(positions, cell) if projection_kernel is not None else unclipped_hidden
+    # What the projection multiplies, in the products' dtype: rounded once as the mul writes it, not at every read.
+    projected_dtype = compute_dtype or memory.dtype
+    cell_outputs = (
+        memory.new_empty(positions, cell, dtype=projected_dtype) if projection_kernel is not None else unclipped_hidden
+    )
     # Each step's products, by row count (rows fall as sentences end), looked up once per call.
     recurrent_products = products(recurrent_kernel, set(layout.running))
     if projection_kernel is not None:
@@ -347,6 +351,10 @@ def layer_backward(
 
     restore = torch.argsort(layout.order)
     inputs_grad = input_kernel_grad = recurrent_kernel_grad = bias_grad = projection_kernel_grad = None
+    if needs_grad[5]:
+        bias_grad = gates_grad.sum(dim=0)
+    if compute_dtype is not None:  # once for the (up to) three products below, which would each round it the same
+        gates_grad = gates_grad.to(compute_dtype)
     if needs_grad[0]:
         inputs_grad = layout.unpack(mixed_mm(gates_grad, saved.input_kernel.t(), compute_dtype))
     if needs_grad[3]:
@@ -355,8 +363,6 @@ def layer_backward(
         # The state each position's step read: the initial one at step 0, else the row's output a step before.
         previous_hidden = torch.cat([saved.initial_hidden[:first_rows], saved.packed_hidden[layout.previous_rows()]])
         recurrent_kernel_grad = mixed_mm(previous_hidden.t(), gates_grad, compute_dtype)
-    if needs_grad[5]:
-        bias_grad = gates_grad.sum(dim=0)
     if needs_grad[6]:
         projection_kernel_grad = mixed_mm(saved.cell_outputs.t(), new_hidden_grads, compute_dtype)
     return (
