@@ -7,7 +7,7 @@ of its words (not `<S>`, `</S>` or padding) are averaged, and the layers' averag
 `(n_layers + 1) * 2 * projection_dim` features per review. scikit-learn's logistic regression, on features
 standardised with the training split's mean and deviation, is trained on `--train-file`, its `C` chosen on the
 validation split, and scored on the test split. Nothing of the biLM is trained, so this measures the biLM itself.
-Prints and writes `frozen_features.json` in `--output-dir` (default: the model folder).
+Prints and writes `frozen_features.json` in `--output-dir` (default: the model folder; here for a bundled name).
 """
 
 import argparse
@@ -21,6 +21,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.bundled import resolve_model_name
 from hf_elmo.modeling_elmo import masked_pool, word_positions
 
 
@@ -49,17 +50,24 @@ def layer_means(model, tokenizer, texts: list[str], batch_size: int, max_length:
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="an ElmoModel folder (or any folder holding the biLM)")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="an ElmoModel folder (or any folder holding the biLM), or a bundled model's name",
+    )
     parser.add_argument("--data-dir", default="outputs/nsmc/data")
     parser.add_argument("--train-file", default="train.csv", help="labelled training file inside --data-dir")
-    parser.add_argument("--output-dir", help="where frozen_features.json goes (default: --model)")
+    parser.add_argument(
+        "--output-dir", help="where frozen_features.json goes (default: --model's folder, or here for a bundled name)"
+    )
     parser.add_argument("--c-values", type=float, nargs="+", default=[0.001, 0.01, 0.1, 1.0])
     parser.add_argument("--batch-size", type=int, default=128)
     parser.add_argument("--max-length", type=int, default=64, help="positions per review, <S> and </S> included")
     args = parser.parse_args(argv)
 
-    tokenizer = ElmoTokenizer.from_pretrained(args.model)
-    model = ElmoModel.from_pretrained(args.model, dtype=torch.float32).eval()
+    model_path = resolve_model_name(args.model)
+    tokenizer = ElmoTokenizer.from_pretrained(model_path)
+    model = ElmoModel.from_pretrained(model_path, dtype=torch.float32).eval()
     data_dir = Path(args.data_dir)
     splits = {
         split: read_split(data_dir / (args.train_file if split == "train" else f"{split}.csv"))
@@ -87,7 +95,8 @@ def main(argv: list[str] | None = None) -> dict:
         "features": features["train"].shape[1],
         **best,
     }
-    output_dir = Path(args.output_dir or args.model)
+    # Beside a model folder by default; never into the installed package for a bundled model's name.
+    output_dir = Path(args.output_dir or (args.model if Path(args.model).expanduser().is_dir() else "."))
     output_dir.mkdir(parents=True, exist_ok=True)
     (output_dir / "frozen_features.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(results, indent=2))

@@ -12,15 +12,20 @@ import argparse
 import json
 
 from hf_elmo import ElmoTokenizer
+from hf_elmo.bundled import resolve_model_name
 from hf_elmo.pretraining import count_unknown_words
 
 
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", required=True, help="a folder with an ElmoTokenizer holding a word vocabulary")
+    parser.add_argument(
+        "--model",
+        required=True,
+        help="a folder (or bundled model's name) with an ElmoTokenizer holding a word vocabulary",
+    )
     parser.add_argument("files", nargs="+", help="text files, one sentence per line")
     args = parser.parse_args(argv)
-    tokenizer = ElmoTokenizer.from_pretrained(args.model)
+    tokenizer = ElmoTokenizer.from_pretrained(resolve_model_name(args.model))
     results = {}
     for path in args.files:
         words, unknown = count_unknown_words(tokenizer, [path])
