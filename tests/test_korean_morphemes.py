@@ -95,14 +95,14 @@ def test_other_analyser_versions_warn_once_and_stay_recorded(tokenizer, tmp_path
     tokenizer.save_pretrained(tmp_path / "old")
     config_file = tmp_path / "old" / "tokenizer_config.json"
     config = json.loads(config_file.read_text(encoding="utf-8"))
-    old = {"kiwipiepy": "0.21.0", "kiwipiepy_model": "0.21.0"}
+    old = {"kiwipiepy": "0.20.0", "kiwipiepy_model": "0.20.0"}  # below the extra's floor: never installed here
     config_file.write_text(json.dumps({**config, "analyser_versions": old}), encoding="utf-8")
     with caplog.at_level(logging.WARNING):
         first = ElmoTokenizer.from_pretrained(tmp_path / "old")
         ElmoTokenizer.from_pretrained(tmp_path / "old")
     warnings = [record.getMessage() for record in caplog.records if "morphemes were made with" in record.getMessage()]
     assert len(warnings) == 1 and "\n" not in warnings[0]
-    assert "kiwipiepy 0.21.0" in warnings[0] and "pip install kiwipiepy==0.21.0 kiwipiepy_model==0.21.0" in warnings[0]
+    assert "kiwipiepy 0.20.0" in warnings[0] and "pip install kiwipiepy==0.20.0 kiwipiepy_model==0.20.0" in warnings[0]
     assert first.analyser_versions == old  # what the model's units were made with, also once saved again
     first.save_pretrained(tmp_path / "again")
     again = json.loads((tmp_path / "again" / "tokenizer_config.json").read_text(encoding="utf-8"))
