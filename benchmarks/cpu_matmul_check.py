@@ -32,7 +32,7 @@ def use_products(model, matmul: str):
     """`matmul` "auto" or "int8" as `config.cpu_matmul`; "blas": "auto" held to `torch.mm` for every shape (no
     prepacked copies), the float32 baseline of this comparison."""
     if matmul == "blas":
-        kernels_cpu_products.fastest_float32_library = lambda *shape: "blas"
+        kernels_cpu_products.fastest_library = lambda *shape: "blas"
     model.config.cpu_matmul = "auto" if matmul == "blas" else matmul
 
 

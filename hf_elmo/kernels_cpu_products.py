@@ -6,8 +6,9 @@ autocast's dtype under mixed precision, on any device.
 
 A product is a function `(x, out, accumulate)` writing `x @ kernel` into `out` (or adding it); the libraries are
 torch's own `mm` ("blas"), oneDNN's linear on a prepacked copy of the kernel ("onednn"), PyTorch's dynamic int8
-quantisation ("int8", inference only), and `mm` in bfloat16 or float16 ("bfloat16", "float16": what autocast would
-run). Prepacked, quantised and half-precision copies are made once per kernel and again only after its weights change
+quantisation ("int8", inference only), and in bfloat16 or float16 what autocast would run, `mm` ("bfloat16",
+"float16") or on the CPU oneDNN's linear ("onednn-bfloat16"), whichever is faster for the shape. Prepacked,
+quantised and half-precision copies are made once per kernel and again only after its weights change
 ([`prepared_products`]).
 """
 
@@ -41,12 +42,15 @@ def blas_product(kernel: torch.Tensor) -> Product:
     return product
 
 
-def onednn_product(kernel: torch.Tensor) -> Product:
-    """oneDNN's linear on a copy of the kernel prepacked in its own layout (as `torch.compile` does on CPU)."""
-    packed = torch.ops.mkldnn._reorder_linear_weight(kernel.t().contiguous())
+def onednn_product(kernel: torch.Tensor, dtype: torch.dtype = torch.float32) -> Product:
+    """
+    oneDNN's linear on a copy of the kernel in `dtype` prepacked in its own layout (as `torch.compile` does on CPU);
+    in bfloat16, the product rounded to it as autocast's would be, then written or added in `out`'s precision.
+    """
+    packed = torch.ops.mkldnn._reorder_linear_weight(kernel.t().contiguous().to(dtype))
 
     def product(x: torch.Tensor, out: torch.Tensor, accumulate: bool) -> None:
-        result = torch.ops.mkldnn._linear_pointwise(x, packed, None, "none", [], "")
+        result = torch.ops.mkldnn._linear_pointwise(x.to(dtype), packed, None, "none", [], "")
         out.add_(result) if accumulate else out.copy_(result)
 
     return product
@@ -96,6 +100,7 @@ PRODUCTS = {
     "onednn": onednn_product,
     "int8": int8_product,
     "bfloat16": functools.partial(half_precision_product, dtype=torch.bfloat16),
+    "onednn-bfloat16": functools.partial(onednn_product, dtype=torch.bfloat16),
     "float16": functools.partial(half_precision_product, dtype=torch.float16),
 }
 
@@ -185,12 +190,17 @@ def time_product(product: Product, x: torch.Tensor, out: torch.Tensor, calls: in
 _choices: dict[str, str] | None = None  # the choices file's contents, read once
 
 
-def fastest_float32_library(in_dim: int, out_dim: int, rows: int) -> str:
+# The libraries measured against each other for the products of each dtype: torch's own, and oneDNN's prepacked.
+CANDIDATES = {torch.float32: ("blas", "onednn"), torch.bfloat16: ("bfloat16", "onednn-bfloat16")}
+
+
+def fastest_library(in_dim: int, out_dim: int, rows: int, dtype: torch.dtype = torch.float32) -> str:
     """
-    "blas" or "onednn", whichever multiplies `(rows, in_dim) @ (in_dim, out_dim)` faster here, from the choices file
-    if this CPU model, thread count, torch version and shape are in it; else timed now, on a random kernel, and
-    added to the file. "onednn" must be 5% faster to be chosen: its prepacked copy costs memory. A file that cannot
-    be read or written only means measuring again.
+    Of the `CANDIDATES` for products in `dtype` (float32 or bfloat16), torch's own or oneDNN's, whichever multiplies
+    `(rows, in_dim) @ (in_dim, out_dim)` faster here, from the choices file if this CPU model, thread count, torch
+    version, shape and dtype are in it; else timed now, on a random kernel, and added to the file. oneDNN must be 5%
+    faster to be chosen: in float32 its prepacked copy costs memory (in bfloat16 either takes a copy). A file that
+    cannot be read or written only means measuring again.
     """
     global _choices
     path = choices_file()
@@ -201,17 +211,18 @@ def fastest_float32_library(in_dim: int, out_dim: int, rows: int) -> str:
             _choices = {}
     key = (
         f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
-        f"({rows}, {in_dim}) @ ({in_dim}, {out_dim})"
+        f"({rows}, {in_dim}) @ ({in_dim}, {out_dim})" + ("" if dtype == torch.float32 else f" | {dtype}")
     )
+    own, onednn = CANDIDATES[dtype]
     if key not in _choices:
         if not torch.backends.mkldnn.is_available():
-            _choices[key] = "blas"
+            _choices[key] = own
         else:
             generator = torch.Generator().manual_seed(0)
             kernel = torch.randn(in_dim, out_dim, generator=generator) / in_dim**0.5
             x, out = torch.randn(rows, in_dim, generator=generator), torch.zeros(rows, out_dim)
-            blas, onednn = (time_product(PRODUCTS[name](kernel), x, out) for name in ("blas", "onednn"))
-            _choices[key] = "onednn" if onednn < 0.95 * blas else "blas"
+            own_time, onednn_time = (time_product(PRODUCTS[name](kernel), x, out) for name in (own, onednn))
+            _choices[key] = onednn if onednn_time < 0.95 * own_time else own
         try:  # written whole, then renamed: a reader never sees half a file
             path.parent.mkdir(parents=True, exist_ok=True)
             with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as handle:
@@ -251,6 +262,8 @@ def step_library(
 ) -> str:
     """The library of [`step_products`] for `rows` rows."""
     if compute_dtype is not None and kernel.dtype == torch.float32:
+        if kernel.device.type == "cpu" and compute_dtype in CANDIDATES:
+            return fastest_library(*kernel.shape, row_bucket(rows), compute_dtype)
         return str(compute_dtype).removeprefix("torch.")
     choice = module.config.cpu_matmul
     if kernel.device.type != "cpu" or kernel.dtype != torch.float32:
@@ -262,4 +275,4 @@ def step_library(
         return "blas"
     if choice == "int8" and quantizable:
         return "int8"
-    return fastest_float32_library(*kernel.shape, row_bucket(rows))
+    return fastest_library(*kernel.shape, row_bucket(rows))

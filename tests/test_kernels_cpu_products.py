@@ -1,7 +1,8 @@
 """
 The libraries of the fast recurrence's products (`kernels_cpu_products`): each float32 library "auto" may choose
-against the reference code, the opt-in int8 products, copies prepared from kernels that follow the weights, and the
-measured choice between the libraries kept per machine.
+against the reference code, each bfloat16 one under autocast against the reference under the same autocast, the
+opt-in int8 products, copies prepared from kernels that follow the weights, and the measured choice between the
+libraries kept per machine.
 """
 
 import json
@@ -9,6 +10,7 @@ import json
 import pytest
 import torch
 from conftest import (
+    assert_close_in_bfloat16,
     assert_outputs_match,
     min_cosine,
     random_batch,
@@ -22,7 +24,7 @@ from hf_elmo import ElmoModel, kernels_cpu_products
 
 def choose_float32_library(library, monkeypatch):
     """Makes "auto" choose `library` for every shape, whatever this machine would measure."""
-    monkeypatch.setattr(kernels_cpu_products, "fastest_float32_library", lambda *shape: library)
+    monkeypatch.setattr(kernels_cpu_products, "fastest_library", lambda *shape: library)
 
 
 @pytest.mark.parametrize("library", ["blas", "onednn"])
@@ -36,6 +38,23 @@ def test_each_float32_library_matches_reference(library, lengths, monkeypatch):
     choose_float32_library(library, monkeypatch)
     fast = run_model(model, input_ids, mask, True, monkeypatch, random_state(config, len(lengths)))
     assert_outputs_match(fast, exact)
+
+
+@pytest.mark.parametrize("library", ["bfloat16", "onednn-bfloat16"])
+def test_each_bfloat16_library_matches_reference_under_autocast(library, monkeypatch):
+    """Under bfloat16 autocast "auto" measures `mm` against oneDNN's prepacked linear too: either matches."""
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
+    chosen = []
+    monkeypatch.setattr(kernels_cpu_products, "fastest_library", lambda *shape: chosen.append(shape[-1]) or library)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        exact = run_model(model, input_ids, mask, False, monkeypatch, random_state(config, 5))
+        fast = run_model(model, input_ids, mask, True, monkeypatch, random_state(config, 5))
+    assert chosen and set(chosen) == {torch.bfloat16}
+    for fast_layer, exact_layer in zip(fast.hidden_states, exact.hidden_states, strict=True):
+        assert_close_in_bfloat16(fast_layer, exact_layer)
 
 
 def test_int8_products_stay_within_the_offered_cosine(fixture_model, fixture_sentences, monkeypatch):

@@ -173,7 +173,7 @@ def test_fast_training_path_follows_the_trainers_fused_optimizer(vocab_tokenizer
     for implementation in ("reference", "auto"):
         model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).train()
         model.config.recurrence_implementation = implementation
-        monkeypatch.setattr(kernels_cpu_products, "fastest_float32_library", lambda *shape: "onednn")
+        monkeypatch.setattr(kernels_cpu_products, "fastest_library", lambda *shape: "onednn")
         optimizer = torch.optim.AdamW(model.parameters(), lr=0.05, fused=True)
         losses[implementation] = []
         for step, batch in enumerate(batches):
