@@ -732,11 +732,25 @@ class ElmoModel(ElmoPreTrainedModel):
         attention_mask: torch.Tensor | None = None,
         layer_weights: list[float] | torch.Tensor | None = None,
         word_input_ids: torch.LongTensor | None = None,
+        word_weights: torch.Tensor | None = None,
+        common_component: list[float] | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """
-        One vector per sentence, like TF-Hub ELMo's "default" output: the mean over each row's words (not `<S>`,
-        `</S>` or padding) of `sum_j w_j h_j`, with `layer_weights` `w` (one per layer, used as given) defaulting to
-        the plain average of the `n_layers + 1` layers. Returns `(batch, 2 * projection_dim)`.
+        One vector per sentence, `(batch, 2 * projection_dim)`: [`sentence_vectors`] of the biLM's `n_layers + 1`
+        layers over each row's words (not `<S>`, `</S>` or padding). With the defaults, the mean over the words of the
+        plain average of the layers, as TF-Hub ELMo's "default" output. Whatever weighs the words comes in as an
+        argument: the same inputs give the same vectors. `SentenceTransformer(folder)` (`ElmoSentenceEncoder`) passes
+        the SIF weights of the folder's word counts where it has them.
+
+        Args:
+            input_ids, attention_mask, word_input_ids: as for `forward`.
+            layer_weights (`list[float]` or `torch.Tensor`, *optional*): one weight per layer, used as given; by
+                default `1 / (n_layers + 1)` each.
+            word_weights (`torch.Tensor` of shape `(batch, positions)`, *optional*): each position's weight; the
+                weighted sum is divided by the number of words, so weights of 1 (the default) give the plain mean.
+                SIF weights: `sentence_weighting.WordCounts.sif_weights` of the tokenizer's word labels.
+            common_component (`list[float]` or `torch.Tensor` of shape `(2 * projection_dim,)`, *optional*): a
+                direction removed from every vector (see [`sentence_vectors`]); none by default.
         """
         layers = self(
             input_ids,
@@ -744,15 +758,9 @@ class ElmoModel(ElmoPreTrainedModel):
             output_hidden_states=True,
             return_dict=True,
             word_input_ids=word_input_ids,
-        )
-        layers = layers.hidden_states
-        weights = torch.full((len(layers),), 1.0 / len(layers)) if layer_weights is None else layer_weights
-        weights = torch.as_tensor(weights, dtype=layers[0].dtype, device=layers[0].device)
-        if weights.shape != (len(layers),):
-            raise ValueError(f"layer_weights needs {len(layers)} values, got shape {tuple(weights.shape)}")
-        mixed = sum(weight * layer for weight, layer in zip(weights, layers))
-        mask = valid_positions(input_ids, attention_mask)
-        return masked_pool(mixed, word_positions(input_ids, mask, self.config), "mean")
+        ).hidden_states
+        words = word_positions(input_ids, valid_positions(input_ids, attention_mask), self.config)
+        return sentence_vectors(layers, words, layer_weights, word_weights, common_component)
 
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The boolean `(batch, positions)` mask, checked to be right-padded."""
@@ -851,6 +859,48 @@ class ElmoTaskEncoder(nn.Module):
             features, _ = pad_packed_sequence(output, batch_first=True, total_length=mask.shape[1])
             features = features * mask.unsqueeze(-1).to(features.dtype)
         return features, penalty
+
+
+def sentence_vectors(
+    layers: tuple[torch.Tensor, ...],
+    words: torch.Tensor,
+    layer_weights: list[float] | torch.Tensor | None = None,
+    word_weights: torch.Tensor | None = None,
+    common_component: list[float] | torch.Tensor | None = None,
+) -> torch.Tensor:
+    """
+    `v = sum_i c_i x_i / n` per row, `(batch, dim)`, over the `n` positions `words` `(batch, positions)` (bool) marks,
+    where `x_i = sum_j w_j h_ij` mixes `layers` (tensors `(batch, positions, dim)`) with `layer_weights` `w` (by
+    default the plain average) and `c_i` is `word_weights` `(batch, positions)` (by default 1: the mean). A row
+    without words gives zeros. With `common_component` `u` `(dim,)`, each `v` becomes `v - (v . u) u` for `u`
+    normalised: orthogonal to `u`, as Arora et al. (2017) remove the first singular vector of a corpus's sentence
+    vectors, which most of them share and which says little about any one.
+    """
+    reference = layers[0]
+    weights = torch.full((len(layers),), 1.0 / len(layers)) if layer_weights is None else layer_weights
+    weights = torch.as_tensor(weights, dtype=reference.dtype, device=reference.device)
+    if weights.shape != (len(layers),):
+        raise ValueError(f"layer_weights needs {len(layers)} values, got shape {tuple(weights.shape)}")
+    per_word = words.to(reference.dtype)
+    if word_weights is not None:
+        if word_weights.shape != words.shape:
+            raise ValueError(
+                f"word_weights must have shape {tuple(words.shape)}, (batch, positions), got "
+                f"{tuple(word_weights.shape)}"
+            )
+        per_word = per_word * word_weights.to(reference.device, reference.dtype)
+    mixed = sum(weight * layer for weight, layer in zip(weights, layers))
+    vectors = (mixed * per_word.unsqueeze(-1)).sum(dim=1) / words.sum(dim=1, keepdim=True).clamp(min=1)
+    if common_component is None:
+        return vectors
+    component = torch.as_tensor(common_component, dtype=reference.dtype, device=reference.device)
+    if component.shape != (reference.shape[-1],) or not bool(component.any()):
+        raise ValueError(
+            f"common_component must be a non-zero vector of {reference.shape[-1]} values, got shape "
+            f"{tuple(component.shape)}"
+        )
+    component = component / component.norm()
+    return vectors - (vectors @ component).unsqueeze(-1) * component
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:

@@ -35,6 +35,7 @@ from .bundled import resolve_model_name
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .errors import first_line
 from .modeling_elmo import ElmoForPreTraining
+from .sentence_weighting import WordCounts
 from .text_files import read_sentences
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, PRE_TOKENIZERS, UNK_TOKEN, ElmoTokenizer
 
@@ -398,6 +399,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
             else:
                 trained_tokenizer.save_pretrained(output_dir)
         tokenizer = ElmoTokenizer.from_pretrained(output_dir)
+        if training_args.process_index == 0 and not keep_vocab:
+            # The SIF weights of the folder's sentence vectors (sentence_weighting): the words of the training text.
+            WordCounts.of_text(tokenizer, data_args.train_file).save_pretrained(output_dir)
     if model is None:
         asked_negatives = model_args.n_negative_samples or NEGATIVE_SAMPLES
         model = ElmoForPreTraining(model_config(model_args, tokenizer))

@@ -13,17 +13,21 @@ import torch
 from sentence_transformers.base.modules import InputModule
 
 from .modeling_elmo import ElmoModel
-from .sentence_transformers_files import ENCODER_CONFIG_FILE
+from .sentence_transformers_files import ENCODER_CONFIG_FILE, SIF_A
+from .sentence_weighting import WordCounts
 from .tokenization_elmo import ElmoTokenizer
 
 
 class ElmoSentenceEncoder(InputModule):
     """
     The one module of an ELMo `SentenceTransformer`. `preprocess` tokenizes texts with the folder's [`ElmoTokenizer`]
-    (a raw string split into words as hf_elmo splits it, `<S>` and `</S>` around them); `forward` sets
-    `features["sentence_embedding"]` to [`ElmoModel.sentence_embedding`], `(batch, 2 * projection_dim)`: the mean
-    over each text's words (not `<S>`, `</S>` or padding) of `sum_j w_j h_j`, the plain average of the `n_layers + 1`
-    layers unless `layer_weights` gives `w`, as TF-Hub ELMo's "default" output.
+    (a raw string split into words as hf_elmo splits it, `<S>` and `</S>` around them) and, with word counts, gives
+    each word its SIF weight `a / (a + p(w))` (`sentence_weighting.WordCounts.sif_weights`); `forward` sets
+    `features["sentence_embedding"]` to [`ElmoModel.sentence_embedding`] of those, `(batch, 2 * projection_dim)`: the
+    mean over each text's words (not `<S>`, `</S>` or padding) of `sum_j w_j h_j`, each word weighted, the plain
+    average of the `n_layers + 1` layers unless `layer_weights` gives `w`, then `common_component` removed where one
+    is given. A folder without `word_counts.json` (or `sif_a=None`) gives the plain mean, TF-Hub ELMo's "default"
+    output.
 
     Args:
         model (`ElmoModel`): the biLM.
@@ -31,10 +35,16 @@ class ElmoSentenceEncoder(InputModule):
         layer_weights (`list[float]`, *optional*): one weight per layer, used as given.
         max_seq_length (`int`, *optional*): positions kept per text, `<S>` and `</S>` included (the tokenizer's
             `max_length`); all when `None`.
+        sif_a (`float`, *optional*): SIF's `a`; `None` weighs every word alike even with word counts.
+        common_component (`list[float]`, *optional*): `2 * projection_dim` values, a direction removed from every
+            vector (estimated on a reference text with `sentence_weighting.common_component`).
+        word_counts (`WordCounts`, *optional*): the counts of the tokenizer's word vocabulary in the biLM's
+            pre-training text (`WordCounts.from_pretrained(folder)`; `load` reads them from the folder). Without
+            them every word weighs alike.
     """
 
     config_file_name = ENCODER_CONFIG_FILE
-    config_keys = ["layer_weights", "max_seq_length"]
+    config_keys = ["layer_weights", "max_seq_length", "sif_a", "common_component"]
 
     def __init__(
         self,
@@ -42,6 +52,9 @@ class ElmoSentenceEncoder(InputModule):
         tokenizer: ElmoTokenizer,
         layer_weights: list[float] | None = None,
         max_seq_length: int | None = None,
+        sif_a: float | None = SIF_A,
+        common_component: list[float] | None = None,
+        word_counts: WordCounts | None = None,
     ):
         super().__init__()
         config = model.config
@@ -55,26 +68,51 @@ class ElmoSentenceEncoder(InputModule):
         if layer_weights is not None and len(layer_weights) != config.num_representation_layers:
             layers = config.num_representation_layers
             raise ValueError(f"layer_weights needs {layers} values, one per layer, got {len(layer_weights)}")
+        if sif_a is not None and not sif_a > 0:
+            raise ValueError(f"sif_a must be a number > 0 (or None for equal weights), got {sif_a!r}")
+        if common_component is not None and len(common_component) != config.hidden_size:
+            raise ValueError(
+                f"common_component needs {config.hidden_size} values (2 * projection_dim), got {len(common_component)}"
+            )
+        if word_counts is not None and len(word_counts) != tokenizer.word_vocab_size:
+            raise ValueError(
+                f"the word counts are of {len(word_counts)} words, the tokenizer's word vocabulary holds "
+                f"{tokenizer.word_vocab_size}: counts go with the vocabulary they were counted with"
+            )
         self.model = model
         self.tokenizer = tokenizer
         self.layer_weights = None if layer_weights is None else [float(weight) for weight in layer_weights]
         self.max_seq_length = max_seq_length
+        self.sif_a = sif_a
+        self.common_component = None if common_component is None else [float(value) for value in common_component]
+        self.word_counts = word_counts
 
     def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
         """
         The padded `input_ids`, `attention_mask` (and `word_input_ids` for a model with a word input) of `inputs`,
-        `prompt` put before each text. `max_length` (sentence-transformers' trainer passes it) overrides
-        `max_seq_length`; the other keywords sentence-transformers passes (such as `task`) do not apply to ELMo.
+        `prompt` put before each text, and with word counts and `sif_a` the `word_weights` of their positions.
+        `max_length` (sentence-transformers' trainer passes it) overrides `max_seq_length`; the other keywords
+        sentence-transformers passes (such as `task`) do not apply to ELMo.
         """
         for text in inputs:
             if not isinstance(text, str):
                 raise ValueError(f"ElmoSentenceEncoder embeds texts (str), one per input, got {type(text).__name__}")
         texts = self._prepend_prompt(list(inputs), prompt) if prompt else list(inputs)
         max_length = kwargs.get("max_length") or self.max_seq_length
-        encoding = self.tokenizer(
-            texts, padding=True, truncation=max_length is not None, max_length=max_length, return_tensors="pt"
+        weighted = self.word_counts is not None and self.sif_a is not None
+        features = dict(
+            self.tokenizer(
+                texts,
+                padding=True,
+                truncation=max_length is not None,
+                max_length=max_length,
+                return_word_labels=weighted,
+                return_tensors="pt",
+            )
         )
-        return dict(encoding)
+        if weighted:
+            features["word_weights"] = self.word_counts.sif_weights(features.pop("labels"), self.sif_a)
+        return features
 
     def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Adds `sentence_embedding` `(batch, 2 * projection_dim)` to the features of `preprocess`."""
@@ -83,6 +121,8 @@ class ElmoSentenceEncoder(InputModule):
             attention_mask=features["attention_mask"],
             layer_weights=self.layer_weights,
             word_input_ids=features.get("word_input_ids"),
+            word_weights=features.get("word_weights"),
+            common_component=self.common_component,
         )
         return features
 
@@ -91,10 +131,12 @@ class ElmoSentenceEncoder(InputModule):
         return self.model.config.hidden_size
 
     def save(self, output_path: str, *args, safe_serialization: bool = True, **kwargs) -> None:
-        """The model, tokenizer and this module's config in `output_path` (weights in safetensors, as transformers
-        5 always writes them)."""
+        """The model, tokenizer, word counts and this module's config in `output_path` (weights in safetensors, as
+        transformers 5 always writes them)."""
         self.model.save_pretrained(output_path)
         self.tokenizer.save_pretrained(output_path)
+        if self.word_counts is not None:
+            self.word_counts.save_pretrained(output_path)
         self.save_config(output_path)
 
     @classmethod
@@ -113,10 +155,10 @@ class ElmoSentenceEncoder(InputModule):
         **kwargs,
     ) -> "ElmoSentenceEncoder":
         """
-        The module of a folder or Hub repository: `ElmoModel` and `ElmoTokenizer` of this installed hf_elmo, never
-        code files from the folder (`trust_remote_code`, among the other keywords sentence-transformers passes, is
-        not used). `model_kwargs` and `config_kwargs` go to `ElmoModel.from_pretrained`, `processor_kwargs` to
-        `ElmoTokenizer.from_pretrained`.
+        The module of a folder or Hub repository: `ElmoModel`, `ElmoTokenizer` and the word counts (where the folder
+        has `word_counts.json`) of this installed hf_elmo, never code files from the folder (`trust_remote_code`,
+        among the other keywords sentence-transformers passes, is not used). `model_kwargs` and `config_kwargs` go to
+        `ElmoModel.from_pretrained`, `processor_kwargs` to `ElmoTokenizer.from_pretrained`.
         """
         if backend != "torch":
             raise ValueError(f"ElmoSentenceEncoder runs in PyTorch, not backend={backend!r}: use backend='torch'")
@@ -138,4 +180,5 @@ class ElmoSentenceEncoder(InputModule):
         model_kwargs = {**(config_kwargs or {}), **(model_kwargs or {})}
         model = ElmoModel.from_pretrained(model_name_or_path, **hub_kwargs, **model_kwargs)
         tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path, **hub_kwargs, **(processor_kwargs or {}))
-        return cls(model, tokenizer, **config)
+        word_counts = WordCounts.from_pretrained(model_name_or_path, **hub_kwargs)
+        return cls(model, tokenizer, **config, word_counts=word_counts)

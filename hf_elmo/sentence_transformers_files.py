@@ -14,11 +14,14 @@ ENCODER_CLASS = "hf_elmo.sentence_transformers_elmo.ElmoSentenceEncoder"
 MODULES_FILE = "modules.json"
 ENCODER_CONFIG_FILE = "sentence_bert_config.json"
 MODEL_CONFIG_FILE = "config_sentence_transformers.json"
+# SIF's `a` by default: the best of those measured for the average of the layers on KorSTS (examples/nsmc/README.md).
+SIF_A = 1e-5
 SENTENCE_TRANSFORMERS_FILES = {
     # One module, saved in the folder's root: it reads the config, weights and tokenizer files already there.
     MODULES_FILE: [{"idx": 0, "name": "0", "path": "", "type": ENCODER_CLASS}],
-    # The module's defaults: the plain average of the layers (as `sentence_embedding` takes), no truncation.
-    ENCODER_CONFIG_FILE: {"layer_weights": None, "max_seq_length": None},
+    # The module's defaults: the plain average of the layers (as `sentence_embedding` takes), no truncation, SIF
+    # weights where the folder has word counts, no common component.
+    ENCODER_CONFIG_FILE: {"layer_weights": None, "max_seq_length": None, "sif_a": SIF_A, "common_component": None},
     # ELMo's vectors are not normalised: cosine, as hf_elmo's examples compare them.
     MODEL_CONFIG_FILE: {"model_type": "SentenceTransformer", "similarity_fn_name": "cosine"},
 }

@@ -33,6 +33,38 @@ def test_sentence_embedding_is_masked_mean_of_the_layer_mix(tiny_model, tiny_tok
         tiny_model.sentence_embedding(**batch, layer_weights=[1.0])
 
 
+def test_sentence_embedding_weighs_words_and_removes_a_common_component(tiny_model, tiny_tokenizer):
+    sentences = [["A", "cat", "."], ["Two", "dogs", "bark", "loudly", "."]]
+    batch = tiny_tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    torch.manual_seed(0)
+    weights = torch.rand(batch["attention_mask"].shape)
+    component = torch.randn(tiny_model.config.hidden_size)
+    with torch.no_grad():
+        default = tiny_model.sentence_embedding(**batch)
+        equal = tiny_model.sentence_embedding(**batch, word_weights=torch.ones(batch["attention_mask"].shape))
+        weighted = tiny_model.sentence_embedding(**batch, word_weights=weights)
+        removed = tiny_model.sentence_embedding(**batch, word_weights=weights, common_component=component.tolist())
+        layers = tiny_model(**batch, output_hidden_states=True).hidden_states
+    torch.testing.assert_close(equal, default, atol=0, rtol=0)  # weights of 1 are the plain mean
+    for i, words in enumerate(sentences):
+        span = slice(1, 1 + len(words))
+        average = sum(layer[i, span] for layer in layers) / 3
+        torch.testing.assert_close(weighted[i], (weights[i, span, None] * average).sum(dim=0) / len(words))
+    unit = component / component.norm()
+    torch.testing.assert_close(removed @ unit, torch.zeros(2), atol=FLOAT32_TOLERANCE, rtol=0)
+    torch.testing.assert_close(removed + (weighted @ unit)[:, None] * unit, weighted)
+    with pytest.raises(
+        ValueError, match=r"^word_weights must have shape \(2, 7\), \(batch, positions\), got \(2, 6\)$"
+    ):
+        tiny_model.sentence_embedding(**batch, word_weights=weights[:, :6])
+    with pytest.raises(
+        ValueError, match=r"^common_component must be a non-zero vector of 16 values, got shape \(8,\)$"
+    ):
+        tiny_model.sentence_embedding(**batch, common_component=component[:8])
+    with pytest.raises(ValueError, match="non-zero vector"):
+        tiny_model.sentence_embedding(**batch, common_component=torch.zeros(16))
+
+
 def test_feature_extraction_pipeline_on_saved_folder(tmp_path, tiny_model, tiny_tokenizer):
     tiny_model.save_pretrained(tmp_path)
     tiny_tokenizer.save_pretrained(tmp_path)

@@ -11,8 +11,10 @@ from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.conversion_original import convert_original
+from hf_elmo.pretraining import build_word_vocab
 from hf_elmo.pretraining import main as pretraining_main
-from hf_elmo.sentence_transformers_files import ENCODER_CLASS
+from hf_elmo.sentence_transformers_files import ENCODER_CLASS, SIF_A
+from hf_elmo.sentence_weighting import WORD_COUNTS_FILE, WordCounts, common_component
 
 pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
@@ -37,10 +39,15 @@ def load(folder, **kwargs) -> SentenceTransformer:
     return SentenceTransformer(str(folder), trust_remote_code=True, local_files_only=True, device="cpu", **kwargs)
 
 
-def own_sentence_embedding(model: ElmoModel, tokenizer: ElmoTokenizer, texts, **encoding) -> torch.Tensor:
-    """hf_elmo's sentence vectors of `texts`, in one padded batch."""
+def own_sentence_embedding(
+    model: ElmoModel, tokenizer: ElmoTokenizer, texts, word_counts: WordCounts | None = None, **encoding
+) -> torch.Tensor:
+    """hf_elmo's sentence vectors of `texts`, in one padded batch; each word SIF-weighted (`SIF_A`) by `word_counts`
+    where given, as the module weighs a folder's."""
+    batch = tokenizer(texts, padding=True, return_word_labels=word_counts is not None, return_tensors="pt", **encoding)
+    weights = None if word_counts is None else word_counts.sif_weights(batch.pop("labels"), SIF_A)
     with torch.inference_mode():
-        return model.sentence_embedding(**tokenizer(texts, padding=True, return_tensors="pt", **encoding))
+        return model.sentence_embedding(**batch, word_weights=weights)
 
 
 def cosines(vectors: torch.Tensor) -> torch.Tensor:
@@ -55,11 +62,29 @@ def tiny_folder(tmp_path, tiny_model, tiny_tokenizer) -> Path:
     return tmp_path / "tiny"
 
 
+@pytest.fixture
+def counted_folder(tmp_path, tiny_model) -> Path:
+    """A tiny biLM folder with a word vocabulary of `TEXTS` and those texts' word counts."""
+    folder = tmp_path / "counted"
+    build_word_vocab(TEXTS, min_count=1).save(str(tmp_path / "word_vocab.json"))
+    tokenizer = ElmoTokenizer(max_characters_per_token=20, vocab_file=str(tmp_path / "word_vocab.json"))
+    (tmp_path / "text.txt").write_text("\n".join(TEXTS * 3) + "\n", encoding="utf-8")
+    tiny_model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    WordCounts.of_text(tokenizer, [tmp_path / "text.txt"]).save_pretrained(folder)
+    return folder
+
+
 @pytest.fixture(scope="module")
 def bundled():
-    """The bundled biLM as sentence-transformers loads it, and as hf_elmo loads it."""
+    """The bundled biLM as sentence-transformers loads it, and as hf_elmo loads it, with its word counts."""
     folder = bundled_model_path("ko-nsmc")
-    return load(folder), ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
+    return (
+        load(folder),
+        ElmoModel.from_pretrained(folder).eval(),
+        ElmoTokenizer.from_pretrained(folder),
+        WordCounts.from_pretrained(folder),
+    )
 
 
 def test_the_folder_loads_as_the_elmo_module_alone(tiny_folder, tiny_model):
@@ -73,7 +98,10 @@ def test_the_folder_loads_as_the_elmo_module_alone(tiny_folder, tiny_model):
 
 @pytest.mark.parametrize("batch_size", [1, 4, len(TEXTS)])
 def test_encode_is_sentence_embedding_at_any_batch_size(tiny_folder, tiny_model, tiny_tokenizer, batch_size):
-    vectors = load(tiny_folder).encode(TEXTS, batch_size=batch_size, convert_to_tensor=True)
+    """A folder without word counts: every word weighs alike, the plain mean `sentence_embedding` gives by default."""
+    model = load(tiny_folder)
+    assert model[0].word_counts is None and model[0].sif_a == SIF_A
+    vectors = model.encode(TEXTS, batch_size=batch_size, convert_to_tensor=True)
     reference = own_sentence_embedding(tiny_model, tiny_tokenizer, TEXTS)
     assert vectors.shape == (len(TEXTS), 2 * tiny_model.config.projection_dim)
     torch.testing.assert_close(vectors, reference, atol=FLOAT32_TOLERANCE, rtol=0)
@@ -106,18 +134,25 @@ def test_texts_are_split_as_the_folders_tokenizer_splits_them(tmp_path, tiny_mod
 
 @pytest.mark.parametrize("batch_size", [1, 3, 32])
 def test_bundled_bilm_encodes_as_sentence_embedding(bundled, batch_size):
-    model, bilm, tokenizer = bundled
+    """The bundled folder has its pre-training text's word counts: its vectors are SIF-weighted."""
+    model, bilm, tokenizer, counts = bundled
+    assert len(counts) == tokenizer.word_vocab_size
     texts = BAE_SENTENCES + ["정말 재미있고 감동적인 영화였어요", "시간 낭비, 돈 아깝다", "지루하고 스토리도 엉망이다"]
     vectors = model.encode(texts, batch_size=batch_size, convert_to_tensor=True)
-    torch.testing.assert_close(vectors, own_sentence_embedding(bilm, tokenizer, texts), atol=FLOAT32_TOLERANCE, rtol=0)
+    expected = own_sentence_embedding(bilm, tokenizer, texts, counts)
+    torch.testing.assert_close(vectors, expected, atol=FLOAT32_TOLERANCE, rtol=0)
+    assert not torch.allclose(expected, own_sentence_embedding(bilm, tokenizer, texts), atol=1e-3)
 
 
 def test_bundled_bae_similarities_are_hf_elmos(bundled):
-    model, bilm, tokenizer = bundled
+    model, bilm, tokenizer, counts = bundled
     vectors = model.encode(BAE_SENTENCES, convert_to_tensor=True)
     similarity = model.similarity(vectors, vectors)
     torch.testing.assert_close(
-        similarity, cosines(own_sentence_embedding(bilm, tokenizer, BAE_SENTENCES)), atol=FLOAT32_TOLERANCE, rtol=0
+        similarity,
+        cosines(own_sentence_embedding(bilm, tokenizer, BAE_SENTENCES, counts)),
+        atol=FLOAT32_TOLERANCE,
+        rtol=0,
     )
     # The two bellies are nearer each other than the belly is to the boat or the pear.
     assert similarity[0, 1] > max(similarity[0, 2], similarity[0, 3])
@@ -136,12 +171,52 @@ def test_layer_weights_and_max_seq_length_apply_and_survive_save(tmp_path, tiny_
     torch.testing.assert_close(model.encode(TEXTS, convert_to_tensor=True), reference, atol=FLOAT32_TOLERANCE, rtol=0)
     model.save(str(tmp_path / "saved"))
     config = json.loads((tmp_path / "saved" / "sentence_bert_config.json").read_text())
-    assert config == {"layer_weights": [0.0, 0.0, 1.0], "max_seq_length": 4}
+    assert config == {"layer_weights": [0.0, 0.0, 1.0], "max_seq_length": 4, "sif_a": SIF_A, "common_component": None}
     reloaded = load(tmp_path / "saved")
     assert reloaded.max_seq_length == 4
     torch.testing.assert_close(
         reloaded.encode(TEXTS, convert_to_tensor=True), reference, atol=FLOAT32_TOLERANCE, rtol=0
     )
+
+
+def test_word_counts_weigh_the_words_and_survive_save(counted_folder, tiny_model, tmp_path):
+    """A folder with `word_counts.json`: each word weighs a / (a + p(w)), as `sentence_embedding` weighs it given those
+    weights; `save` keeps the counts, and `sif_a=None` goes back to the plain mean."""
+    model = load(counted_folder)
+    tokenizer, counts = ElmoTokenizer.from_pretrained(counted_folder), WordCounts.from_pretrained(counted_folder)
+    assert model[0].word_counts.counts.tolist() == counts.counts.tolist()
+    expected = own_sentence_embedding(tiny_model, tokenizer, TEXTS, counts)
+    vectors = model.encode(TEXTS, batch_size=4, convert_to_tensor=True)
+    torch.testing.assert_close(vectors, expected, atol=FLOAT32_TOLERANCE, rtol=0)
+    assert not torch.allclose(vectors, own_sentence_embedding(tiny_model, tokenizer, TEXTS), atol=1e-4)
+    model.save(str(tmp_path / "saved"))
+    assert (tmp_path / "saved" / WORD_COUNTS_FILE).read_bytes() == (counted_folder / WORD_COUNTS_FILE).read_bytes()
+    reloaded = load(tmp_path / "saved").encode(TEXTS, batch_size=4, convert_to_tensor=True)
+    torch.testing.assert_close(reloaded, vectors, atol=FLOAT32_TOLERANCE, rtol=0)
+    plain = SentenceTransformer(modules=[ElmoSentenceEncoder(tiny_model, tokenizer, sif_a=None, word_counts=counts)])
+    torch.testing.assert_close(
+        plain.encode(TEXTS, convert_to_tensor=True),
+        own_sentence_embedding(tiny_model, tokenizer, TEXTS),
+        atol=FLOAT32_TOLERANCE,
+        rtol=0,
+    )
+
+
+def test_a_saved_common_component_is_removed_from_every_vector(counted_folder, tmp_path):
+    """Estimated once on a reference text and saved in `sentence_bert_config.json`: after reloading, every vector is
+    orthogonal to it, and is the vector without it less its projection on it."""
+    model = load(counted_folder)
+    without = model.encode(TEXTS, convert_to_tensor=True)
+    component = common_component(
+        model.encode(["the mat", "a cat sat", "seven dogs", "one two"], convert_to_tensor=True)
+    )
+    model[0].common_component = component.tolist()
+    model.save(str(tmp_path / "saved"))
+    saved = json.loads((tmp_path / "saved" / "sentence_bert_config.json").read_text())
+    assert saved["common_component"] == component.tolist()
+    vectors = load(tmp_path / "saved").encode(TEXTS, convert_to_tensor=True)
+    torch.testing.assert_close(vectors @ component, torch.zeros(len(TEXTS)), atol=FLOAT32_TOLERANCE, rtol=0)
+    torch.testing.assert_close(vectors, without - (without @ component)[:, None] * component, atol=1e-5, rtol=0)
 
 
 def test_converted_and_pre_training_folders_load(tmp_path):
@@ -156,11 +231,13 @@ def test_converted_and_pre_training_folders_load(tmp_path):
         + ["--output-dir", str(tmp_path / "pre-training"), "--preset", "tiny", "--char-vocab", "learned"]
         + ["--max-characters-per-token", "20", "--n-negative-samples", "4", "--min-count", "1", "--max-steps", "2"]
     )
+    # The converted folder has no word counts (plain means), the pre-training folder its training text's (SIF).
+    assert WordCounts.from_pretrained(tmp_path / "converted") is None
     for folder in (tmp_path / "converted", tmp_path / "pre-training"):
         bilm, tokenizer = ElmoModel.from_pretrained(folder).eval(), ElmoTokenizer.from_pretrained(folder)
         torch.testing.assert_close(
             load(folder).encode(text[:4], batch_size=3, convert_to_tensor=True),
-            own_sentence_embedding(bilm, tokenizer, text[:4]),
+            own_sentence_embedding(bilm, tokenizer, text[:4], WordCounts.from_pretrained(folder)),
             atol=FLOAT32_TOLERANCE,
             rtol=0,
         )
@@ -219,3 +296,11 @@ def test_bad_input_gets_one_line(tiny_folder, tiny_model, tiny_tokenizer):
         ElmoSentenceEncoder(tiny_model, tiny_tokenizer, layer_weights=[0.5, 0.5])
     with pytest.raises(ValueError, match=r"rows of 50 characters .* reads 20 .*: save the model's own tokenizer"):
         ElmoSentenceEncoder(tiny_model, ElmoTokenizer())
+    with pytest.raises(ValueError, match=r"^sif_a must be a number > 0 \(or None for equal weights\), got 0$"):
+        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, sif_a=0)
+    with pytest.raises(ValueError, match=r"^common_component needs 16 values \(2 \* projection_dim\), got 3$"):
+        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, common_component=[1.0, 0.0, 0.0])
+    with pytest.raises(
+        ValueError, match=r"^the word counts are of 4 words, the tokenizer's word vocabulary holds None"
+    ):
+        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, word_counts=WordCounts([0, 0, 0, 1], words=1))

@@ -1,7 +1,7 @@
 """Builds a bundled model folder (`hf_elmo/bundled/NAME`) from a training output: fp16 weights, tokenizer, card.
 
     python examples/nsmc/bundle.py --model outputs/nsmc/elmo-ko --name ko-nsmc --bilm-only \
-        --check-text outputs/nsmc/data/pretrain_validation.txt
+        --check-text outputs/nsmc/data/pretrain_validation.txt --count-text outputs/nsmc/data/pretrain_train.txt
     python examples/nsmc/bundle.py --model outputs/nsmc/classifier-ko --name ko-nsmc-sentiment \
         --check-csv outputs/nsmc/data/test.csv
 
@@ -9,9 +9,11 @@ The model (the class named in its config) is saved with `save_pretrained`, witho
 naming them that it writes for `trust_remote_code`: a bundled folder loads through the classes `import hf_elmo`
 registers, so it needs no re-bundling when the code changes (a copy saved from it gets both back). Weights are stored
 in float16 (half the size) while `config.dtype` stays float32, so `from_pretrained` computes in float32. The card is
-`examples/nsmc/cards/NAME.md`, written as `README.md`. The stored model is checked against the float32 original:
-on `--check-text` lines, the cosine similarity of every layer's vectors; on `--check-csv`, the classifier's accuracy
-both ways. The folder is written beside its final place and renamed, so it is complete or absent.
+`examples/nsmc/cards/NAME.md`, written as `README.md`. The word counts (`word_counts.json`, the SIF weights of the
+sentence vectors) are those of `--model`, or the words of `--count-text` counted with the folder's word vocabulary.
+The stored model is checked against the float32 original: on `--check-text` lines, the cosine similarity of every
+layer's vectors; on `--check-csv`, the classifier's accuracy both ways. The folder is written beside its final place
+and renamed, so it is complete or absent.
 """
 
 import argparse
@@ -26,6 +28,7 @@ import torch
 import hf_elmo
 from hf_elmo import ElmoTokenizer
 from hf_elmo.model_card import write_model_card
+from hf_elmo.sentence_weighting import WordCounts
 
 BUNDLED_DIR = Path(hf_elmo.__file__).resolve().parent / "bundled"
 CARDS_DIR = Path(__file__).resolve().parent / "cards"
@@ -88,6 +91,11 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument(
         "--bilm-only", action="store_true", help="store the biLM (ElmoModel) without a pre-training output's softmax"
     )
+    parser.add_argument(
+        "--count-text",
+        nargs="+",
+        help="the biLM's pre-training text: word_counts.json from its words (default: the --model folder's, if any)",
+    )
     args = parser.parse_args(argv)
 
     original, tokenizer = load(args.model, args.bilm_only)
@@ -104,6 +112,13 @@ def main(argv: list[str] | None = None) -> dict:
             stored.config.label2id = {name: i for i, name in enumerate(args.label_names)}
         stored.save_pretrained(folder)
         tokenizer.save_pretrained(folder)
+        counts = (
+            WordCounts.of_text(tokenizer, args.count_text)
+            if args.count_text
+            else WordCounts.from_pretrained(args.model)
+        )
+        if counts is not None:
+            counts.save_pretrained(folder)
         for code_file in folder.glob("*.py"):
             code_file.unlink()
         for name in ("config.json", "tokenizer_config.json"):

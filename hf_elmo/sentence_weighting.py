@@ -1,0 +1,134 @@
+"""What a sentence vector weighs beyond the biLM: word counts for smooth inverse frequency, and a common component.
+
+Smooth inverse frequency (SIF; Arora, Liang and Ma, "A Simple but Tough-to-Beat Baseline for Sentence Embeddings",
+2017) weighs each word `a / (a + p(w))` in a sentence's mean, `p(w)` the word's probability in a large text, so that
+frequent words, which say little about any one sentence, count less. hf_elmo takes `p(w)` from the text a biLM was
+pre-trained on, counted with the word vocabulary of its folder and saved beside it as `word_counts.json`
+(`hf-elmo pretrain` writes it). [`WordCounts`] reads it and weighs the word-vocabulary ids the tokenizer gives as
+`labels` (`return_word_labels=True`). A word outside the vocabulary (`<UNK>`) is rarer than any in it: it counts as
+never seen, `p(w) = 0`, weight 1.
+
+The common component (Arora et al.'s second step) is the first singular vector of the sentence vectors of a text,
+a direction they all share ([`common_component`]); `ElmoModel.sentence_embedding` removes one it is given.
+"""
+
+import itertools
+import json
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import torch
+from transformers.utils import cached_file
+
+from .errors import first_line
+from .text_files import read_sentences
+from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, UNK_TOKEN, ElmoTokenizer
+
+WORD_COUNTS_FILE = "word_counts.json"
+
+
+class WordCounts:
+    """
+    How often each word of a word vocabulary occurs in a text, by word-vocabulary id, and how many words the text
+    holds.
+
+    Args:
+        counts (sequence of `int`): `counts[i]`, the occurrences of word id `i`; `<S>`, `</S>` and `<UNK>` count 0.
+        words (`int`): the words of the text, those outside the vocabulary included: `p(w) = counts[w] / words`.
+    """
+
+    def __init__(self, counts: Sequence[int] | np.ndarray, words: int):
+        counts = np.asarray(counts)
+        if counts.ndim != 1 or counts.dtype.kind not in "iu" or (counts < 0).any():
+            raise ValueError("counts must be a list of whole numbers >= 0, one per word-vocabulary id")
+        if not isinstance(words, int) or words < counts.sum():
+            raise ValueError(f"words must be a whole number at least the sum of the counts, got {words!r}")
+        self.counts = counts.astype(np.int64)
+        self.words = words
+
+    def __len__(self) -> int:
+        """The size of the word vocabulary counted."""
+        return len(self.counts)
+
+    @classmethod
+    def of_text(cls, tokenizer: ElmoTokenizer, paths: Iterable[str | Path], chunk: int = 10_000) -> "WordCounts":
+        """
+        The counts of the words of text files, one sentence a line (plain or `.gz`, read as pre-training reads
+        them), split and looked up as the tokenizer's word vocabulary does.
+        """
+        if tokenizer.word_vocab_size is None:
+            raise ValueError("counting words needs a tokenizer with a word vocabulary (vocab_file=...)")
+        vocabulary = tokenizer.word_tokenizer
+        counts = np.zeros(tokenizer.word_vocab_size, dtype=np.int64)
+        # A vocabulary without a pre-tokenizer holds an analyser's units (pretraining.build_word_vocab): the
+        # tokenizer splits the lines into them.
+        presplit = vocabulary.pre_tokenizer is None
+        lines = read_sentences(paths)
+        while batch := list(itertools.islice(lines, chunk)):
+            if presplit:
+                batch = [tokenizer.split_words(line) for line in batch]
+            encodings = vocabulary.encode_batch(batch, is_pretokenized=presplit, add_special_tokens=False)
+            ids = np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), dtype=np.int64)
+            counts += np.bincount(ids, minlength=len(counts))
+        words = int(counts.sum())
+        for special in (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN):
+            counts[tokenizer.word_to_id(special)] = 0
+        return cls(counts, words)
+
+    @classmethod
+    def from_pretrained(cls, name_or_path: str | os.PathLike, **hub_kwargs) -> "WordCounts | None":
+        """
+        The counts saved in a folder or Hub repository (`word_counts.json`), or `None` where it has none.
+        `hub_kwargs` (`subfolder`, `revision`, `token`, `cache_dir`, `local_files_only`) go to transformers'
+        `cached_file`.
+        """
+        path = cached_file(name_or_path, WORD_COUNTS_FILE, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
+        if path is None:
+            return None
+        try:
+            saved = json.loads(Path(path).read_text(encoding="utf-8"))
+            return cls(saved["counts"], saved["words"])
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            raise ValueError(f"{path} holds no word counts: {first_line(error)}") from error
+
+    def save_pretrained(self, folder: str | os.PathLike) -> Path:
+        """Writes `word_counts.json` in `folder` (one line: the counts in vocabulary order)."""
+        path = Path(folder) / WORD_COUNTS_FILE
+        saved = {"words": self.words, "counts": self.counts.tolist()}
+        path.write_text(json.dumps(saved, separators=(",", ":")) + "\n", encoding="utf-8")
+        return path
+
+    def probabilities(self, labels: torch.Tensor) -> torch.Tensor:
+        """
+        `p(w)` of each position, `labels` `(batch, positions)` of word-vocabulary ids (from the tokenizer's
+        `return_word_labels=True`) -> float32 of the same shape; 0 for `<S>`, `</S>`, `<UNK>` and padding (-100).
+        """
+        if labels.numel() and int(labels.max()) >= len(self):
+            raise ValueError(f"labels hold word id {int(labels.max())}, beyond the {len(self)} words counted")
+        counts = torch.as_tensor(self.counts, device=labels.device)
+        found = counts[labels.clamp(min=0)]
+        return torch.where(labels >= 0, found, 0).to(torch.float64).div(max(self.words, 1)).to(torch.float32)
+
+    def sif_weights(self, labels: torch.Tensor, a: float) -> torch.Tensor:
+        """`a / (a + p(w))` of each position of `labels` `(batch, positions)`: float32 of the same shape."""
+        if not a > 0:
+            raise ValueError(f"a must be a number > 0, got {a!r}")
+        return a / (a + self.probabilities(labels))
+
+
+def common_component(vectors: torch.Tensor) -> torch.Tensor:
+    """
+    The first right singular vector of `vectors` `(n, dim)`, not centred (as Arora et al. compute it): `(dim,)` of
+    norm 1, signed so that the vectors' mean projection on it is positive, the same direction on every run. Estimate
+    it on a reference text and save it with the model (`ElmoSentenceEncoder`'s `common_component`), never on the
+    sentences to be compared: a vector then depends on its sentence alone.
+    """
+    if vectors.dim() != 2 or len(vectors) < 2:
+        raise ValueError(f"vectors must be (n, dim) with n >= 2, got shape {tuple(vectors.shape)}")
+    matrix = vectors.detach().to(torch.float64)
+    component = torch.linalg.svd(matrix, full_matrices=False).Vh[0]
+    if (matrix @ component).sum() < 0:
+        component = -component
+    return component.to(vectors.dtype)
