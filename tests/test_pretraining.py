@@ -26,6 +26,7 @@ from hf_elmo.pretraining import (
     main,
     perplexity_metrics,
 )
+from hf_elmo.sentence_weighting import WordCounts
 
 WORDS = [f"w{i}" for i in range(24)]
 
@@ -412,6 +413,16 @@ def test_finished_run_keeps_the_model_and_a_card_not_the_checkpoints(pretrained_
     assert "- Steps: 300." in card and "hf-elmo pretrain --train-file" in card
     assert f"| {metrics['eval_forward_perplexity']:.2f} | {metrics['eval_backward_perplexity']:.2f} | " in card
     assert metrics["eval_unk_rate"] == metrics["train_unk_rate"] == 0.0  # min count 1: every word is in
+
+
+def test_finished_run_saves_the_word_counts_of_its_training_text(pretrained_folder):
+    """`word_counts.json`, the SIF weights of the folder's sentence vectors: the training words by vocabulary id."""
+    folder, _, train, _ = pretrained_folder
+    counts = WordCounts.from_pretrained(folder)
+    vocab = ElmoTokenizer.from_pretrained(folder).word_tokenizer.get_vocab()
+    seen = Counter(word for sentence in train for word in sentence)
+    assert {word: int(counts.counts[i]) for word, i in vocab.items()} == {"<S>": 0, "</S>": 0, "<UNK>": 0, **seen}
+    assert counts.words == sum(seen.values())
 
 
 def test_the_run_says_when_the_vocabulary_caps_the_negatives_asked_or_the_default():
