@@ -384,6 +384,68 @@ def test_prepare_nsmc_splits_by_movie_and_nests_the_training_sizes(tmp_path):
     assert not movie["train_all"] & movie["test"] and not movie["train_all"] & movie["validation"]
 
 
+def test_korsts_eval_scores_hf_elmos_sentence_vectors_for_each_variant(tmp_path):
+    """The KorSTS table on a tiny folder with word counts and made-up pairs: a score for each choice of layers, common
+    component and word weights, those of the default the Spearman correlation of `sentence_embedding`'s cosines."""
+    pytest.importorskip("sklearn")
+    from scipy.stats import spearmanr
+
+    from hf_elmo.pretraining import build_word_vocab
+    from hf_elmo.sentence_weighting import WordCounts
+
+    sys.path.insert(0, str(ROOT / "examples" / "nsmc"))
+    try:
+        import korsts_eval
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "nsmc"))
+    rng = random.Random(0)
+    texts = [" ".join(rng.choices(FILLER + POSITIVE, k=rng.randint(2, 6))) for _ in range(30)]
+    (tmp_path / "text.txt").write_text("\n".join(texts) + "\n", encoding="utf-8")
+    build_word_vocab(texts, min_count=2).save(str(tmp_path / "word_vocab.json"))
+    tokenizer = ElmoTokenizer(max_characters_per_token=20, vocab_file=str(tmp_path / "word_vocab.json"))
+    folder = tmp_path / "model"
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config()).eval()
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    counts = WordCounts.of_text(tokenizer, [tmp_path / "text.txt"])
+    counts.save_pretrained(folder)
+    gold = [rng.uniform(0, 5) for _ in range(10)]
+    with open(tmp_path / "sts-dev.tsv", "w", encoding="utf-8") as handle:
+        handle.write("genre\tfilename\tyear\tid\tscore\tsentence1\tsentence2\n")
+        for i, score in enumerate(gold):
+            handle.write(f'news\tmade-up\t2024\t{i:04d}\t{score:.3f}\t{texts[2 * i]}\t"{texts[2 * i + 1]}\n')
+    first, second = texts[0:20:2], ['"' + text for text in texts[1:20:2]]  # a quote mark is text, not quoting
+    table = korsts_eval.main(
+        [
+            "--model",
+            str(folder),
+            "--data",
+            str(tmp_path / "sts-dev.tsv"),
+            "--reference-text",
+            str(tmp_path / "text.txt"),
+        ]
+        + ["--a", "1e-2", "1e-4"]
+    )
+    assert set(table) == {
+        (layers, component)
+        for layers in ("layer 0", "layer 1", "layer 2", "average (default)", "layers 0 and 1")
+        for component in ("none", "reference text's", "KorSTS's own (diagnostic)")
+    } | {"char 1-4-gram TF-IDF"}
+    assert all(len(scores) == 3 for key, scores in table.items() if key != "char 1-4-gram TF-IDF")
+
+    def default_vectors(sentences, a=None):
+        batch = tokenizer(sentences, padding=True, return_word_labels=True, return_tensors="pt")
+        labels = batch.pop("labels")
+        with torch.no_grad():
+            return model.sentence_embedding(**batch, word_weights=None if a is None else counts.sif_weights(labels, a))
+
+    for column, a in enumerate([None, 1e-2, 1e-4]):
+        cosines = torch.nn.functional.cosine_similarity(default_vectors(first, a), default_vectors(second, a))
+        expected = 100 * spearmanr(cosines.numpy(), gold).statistic
+        assert table[("average (default)", "none")][column] == pytest.approx(expected, abs=1e-4)
+
+
 def test_nsmc_frozen_features_probe(base_model, tmp_path):
     """The probe of a frozen biLM: each layer's mean over a review's words (not its boundaries), then a logistic
     regression with C chosen on validation."""

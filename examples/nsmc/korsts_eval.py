@@ -1,0 +1,148 @@
+"""KorSTS dev: how well a biLM folder's sentence vectors rank sentence pairs, for each way of making them.
+
+    OMP_NUM_THREADS=1 python examples/nsmc/korsts_eval.py --model hf_elmo/bundled/ko-nsmc \
+        --reference-text outputs/nsmc/data/pretrain_validation.txt
+
+The measure is the usual unsupervised one: the Spearman correlation (x 100) between the cosine of the two sentence
+vectors of each of the 1,500 pairs and its gold score (../shared/data/korsts/README.md). Every vector is hf_elmo's
+own, `modeling_elmo.sentence_vectors` (what `ElmoModel.sentence_embedding` returns) on the biLM's layers, run once:
+
+- layers: each alone, the average of all (the default), the average of layers 0 and 1;
+- word weights: the plain mean, and SIF's `a / (a + p(w))` for each `--a`, `p(w)` from the folder's
+  `word_counts.json` (`sentence_weighting.WordCounts`; without it, the plain mean alone);
+- common component: none; the first singular vector of the same vectors of `--reference-text` (text the model could
+  ship it from), removed; and, as a diagnostic only, the one of KorSTS's own sentences (Arora et al.'s setting,
+  which makes a vector depend on the sentences compared: never saved with a model).
+
+Also printed: the share of KorSTS's words outside the word vocabulary, and the char 1-4-gram TF-IDF baseline of the
+data's README (scikit-learn, the `training` extra). KorSTS is for measuring only: nothing here trains on it.
+"""
+
+import argparse
+import csv
+from pathlib import Path
+
+import torch
+from scipy.stats import spearmanr
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.modeling_elmo import sentence_vectors, valid_positions, word_positions
+from hf_elmo.sentence_weighting import WordCounts, common_component
+
+KORSTS = Path(__file__).resolve().parents[3] / "shared" / "data" / "korsts" / "sts-dev.tsv"
+
+
+def read_pairs(path: Path) -> tuple[list[str], list[str], list[float]]:
+    """The first sentences, second sentences and gold scores of a KorSTS file (quote marks are text)."""
+    with open(path, newline="", encoding="utf-8") as handle:
+        rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return (
+        [row["sentence1"] for row in rows],
+        [row["sentence2"] for row in rows],
+        [float(row["score"]) for row in rows],
+    )
+
+
+@torch.inference_mode()
+def encoded_batches(model: ElmoModel, tokenizer: ElmoTokenizer, texts: list[str], counted: bool, batch_size: int = 64):
+    """Per batch of `texts`: the biLM's layers, the word positions, and the word-vocabulary ids when `counted`."""
+    batches = []
+    for start in range(0, len(texts), batch_size):
+        batch = tokenizer(
+            texts[start : start + batch_size], padding=True, return_word_labels=counted, return_tensors="pt"
+        )
+        labels = batch.pop("labels", None)
+        layers = model(**batch, output_hidden_states=True).hidden_states
+        mask = valid_positions(batch["input_ids"], batch["attention_mask"])
+        words = word_positions(batch["input_ids"], mask, model.config)
+        batches.append((layers, words, labels))
+    return batches
+
+
+def vectors_of(batches, counts: WordCounts | None, layer_weights, a: float | None, component=None) -> torch.Tensor:
+    """The sentence vectors `(texts, hidden_size)` of one variant over `encoded_batches`."""
+    return torch.cat(
+        [
+            sentence_vectors(
+                layers,
+                words,
+                layer_weights,
+                None if a is None else counts.sif_weights(labels, a),
+                component,
+            )
+            for layers, words, labels in batches
+        ]
+    )
+
+
+def spearman(first: torch.Tensor, second: torch.Tensor, gold: list[float]) -> float:
+    """Spearman x 100 of the cosines of the pairs' vectors against the gold scores."""
+    return 100 * spearmanr(torch.nn.functional.cosine_similarity(first, second, dim=-1).numpy(), gold).statistic
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a biLM folder (word_counts.json beside it for SIF)")
+    parser.add_argument("--data", default=str(KORSTS), help="KorSTS's sts-dev.tsv")
+    parser.add_argument("--reference-text", required=True, help="one sentence a line: the common component's text")
+    parser.add_argument("--reference-lines", type=int, default=2000, help="lines of --reference-text used")
+    parser.add_argument("--a", type=float, nargs="+", default=[1e-3, 1e-4, 1e-5, 1e-6], help="SIF's a values")
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(1)
+    model, tokenizer = ElmoModel.from_pretrained(args.model).eval(), ElmoTokenizer.from_pretrained(args.model)
+    counts = WordCounts.from_pretrained(args.model)
+    first, second, gold = read_pairs(Path(args.data))
+    reference = Path(args.reference_text).read_text(encoding="utf-8").splitlines()[: args.reference_lines]
+    counted = counts is not None
+    batches = {
+        name: encoded_batches(model, tokenizer, texts, counted)
+        for name, texts in (("first", first), ("second", second), ("reference", reference))
+    }
+    n_layers = model.config.num_representation_layers
+    layer_choices = {f"layer {j}": [float(i == j) for i in range(n_layers)] for j in range(n_layers)}
+    layer_choices["average (default)"] = None
+    layer_choices["layers 0 and 1"] = [0.5, 0.5] + [0.0] * (n_layers - 2)
+    weightings = [None] + (args.a if counted else [])
+
+    columns = ["plain mean"] + [f"SIF a={a:g}" for a in weightings[1:]]
+    print(f"| layers | common component removed | {' | '.join(columns)} |")
+    print("| --- | --- |" + " ---: |" * len(columns))
+    table = {}
+    for layer_name, layer_weights in layer_choices.items():
+        rows = {"none": [], "reference text's": [], "KorSTS's own (diagnostic)": []}
+        for a in weightings:
+            vectors = {name: vectors_of(encoded, counts, layer_weights, a) for name, encoded in batches.items()}
+            rows["none"].append(spearman(vectors["first"], vectors["second"], gold))
+            components = {
+                "reference text's": common_component(vectors["reference"]),
+                "KorSTS's own (diagnostic)": common_component(torch.cat([vectors["first"], vectors["second"]])),
+            }
+            for row, component in components.items():
+                removed = [
+                    vectors_of(batches[name], counts, layer_weights, a, component) for name in ("first", "second")
+                ]
+                rows[row].append(spearman(*removed, gold))
+        for row, scores in rows.items():
+            table[(layer_name, row)] = scores
+            print(f"| {layer_name} | {row} | {' | '.join(f'{score:.1f}' for score in scores)} |", flush=True)
+
+    if counted:
+        labels = torch.cat([label[words] for _, words, label in batches["first"] + batches["second"]])
+        unknown = tokenizer.word_to_id("<UNK>")
+        print(f"\nKorSTS words outside the word vocabulary: {(labels == unknown).float().mean().item():.1%}")
+    try:
+        from sklearn.feature_extraction.text import TfidfVectorizer
+    except ImportError:
+        print("char 1-4-gram TF-IDF baseline: needs scikit-learn (the training extra)")
+    else:
+        tfidf = TfidfVectorizer(analyzer="char_wb", ngram_range=(1, 4), sublinear_tf=True).fit(first + second)
+        # Rows of unit length (TfidfVectorizer's default): their products are the cosines.
+        cosines = tfidf.transform(first).multiply(tfidf.transform(second)).sum(axis=1).A1
+        table["char 1-4-gram TF-IDF"] = 100 * spearmanr(cosines, gold).statistic
+        print(f"char 1-4-gram TF-IDF (fitted on KorSTS's sentences): {table['char 1-4-gram TF-IDF']:.1f}")
+    return table
+
+
+if __name__ == "__main__":
+    main()
