@@ -135,6 +135,11 @@ def main(argv: list[str] | None = None) -> dict:
             "weights_mb": round((folder / "model.safetensors").stat().st_size / 1e6, 2),
             "folder_mb": round(sum(f.stat().st_size for f in folder.iterdir()) / 1e6, 2),
         }
+        if counts is not None:
+            # A vocabulary built from the counted text lists its words by decreasing count after <S>, </S> and <UNK>
+            # (pretraining.build_word_vocab): the counts of another text would seldom keep that order.
+            checks["words_counted"] = counts.words
+            checks["vocabulary_in_count_order"] = bool((counts.counts[3:-1] >= counts.counts[4:]).all())
         if args.check_text:
             lines = Path(args.check_text).read_text(encoding="utf-8").splitlines()[: args.check_lines]
             checks["layer_cosines"] = layer_cosines(original, reloaded, tokenizer, lines)
