@@ -24,10 +24,9 @@ class ElmoSentenceEncoder(InputModule):
     (a raw string split into words as hf_elmo splits it, `<S>` and `</S>` around them) and, with word counts, gives
     each word its SIF weight `a / (a + p(w))` (`sentence_weighting.WordCounts.sif_weights`); `forward` sets
     `features["sentence_embedding"]` to [`ElmoModel.sentence_embedding`] of those, `(batch, 2 * projection_dim)`: the
-    mean over each text's words (not `<S>`, `</S>` or padding) of `sum_j w_j h_j`, each word weighted, the plain
-    average of the `n_layers + 1` layers unless `layer_weights` gives `w`, then `common_component` removed where one
-    is given. A folder without `word_counts.json` (or `sif_a=None`) gives the plain mean, TF-Hub ELMo's "default"
-    output.
+    weighted mean over each text's words (not `<S>`, `</S>` or padding) of `sum_j w_j h_j`, the plain average of the
+    `n_layers + 1` layers unless `layer_weights` gives `w`, less `common_component` where one is given. A folder
+    without `word_counts.json` (or `sif_a=None`) gives the plain mean, TF-Hub ELMo's "default" output.
 
     Args:
         model (`ElmoModel`): the biLM.
@@ -35,7 +34,8 @@ class ElmoSentenceEncoder(InputModule):
         layer_weights (`list[float]`, *optional*): one weight per layer, used as given.
         max_seq_length (`int`, *optional*): positions kept per text, `<S>` and `</S>` included (the tokenizer's
             `max_length`); all when `None`.
-        sif_a (`float`, *optional*): SIF's `a`; `None` weighs every word alike even with word counts.
+        sif_a (`float`, *optional*): SIF's `a`, by default `sentence_transformers_files.SIF_A`; `None` weighs every
+            word alike even with word counts.
         common_component (`list[float]`, *optional*): `2 * projection_dim` values, a direction removed from every
             vector (estimated on a reference text with `sentence_weighting.common_component`).
         word_counts (`WordCounts`, *optional*): the counts of the tokenizer's word vocabulary in the biLM's
