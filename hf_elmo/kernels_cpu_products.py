@@ -12,6 +12,7 @@ quantised and half-precision copies are made once per kernel and again only afte
 ([`prepared_products`]).
 """
 
+import contextlib
 import functools
 import json
 import os
@@ -109,9 +110,20 @@ def autocast_dtype(device: torch.device) -> torch.dtype | None:
     """
     The dtype autocast runs matrix products in on `device` in this thread, or None outside autocast. Read where a
     kernel is called: autocast's state belongs to the thread, and the kernels' worker threads and backward do not
-    see it.
+    see it. None too on a device autocast has no kernels for (`meta`), where asking would raise.
     """
+    if not torch.amp.is_autocast_available(device.type):
+        return None
     return torch.get_autocast_dtype(device.type) if torch.is_autocast_enabled(device.type) else None
+
+
+def without_autocast(device: torch.device) -> contextlib.AbstractContextManager:
+    """Autocast turned off on `device` inside the block; nothing to turn off where autocast has no kernels."""
+    return (
+        torch.autocast(device.type, enabled=False)
+        if torch.amp.is_autocast_available(device.type)
+        else contextlib.nullcontext()
+    )
 
 
 def mixed_mm(a: torch.Tensor, b: torch.Tensor, dtype: torch.dtype | None, bias: torch.Tensor | None = None):

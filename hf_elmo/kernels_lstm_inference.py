@@ -32,13 +32,18 @@ class PackedSteps(NamedTuple):
 
     @classmethod
     def of(cls, mask: torch.Tensor) -> "PackedSteps":
-        """The layout of `mask` `(batch, steps)`, each row's valid steps first."""
-        order = torch.argsort(mask.sum(dim=1), descending=True, stable=True)
-        sorted_mask = mask[order].t()  # (steps, batch): time-major
+        """
+        The layout of `mask` `(batch, steps)`, each row's valid steps first, worked out on the host from one copy of
+        the mask there, the sorted rows and packed positions copied back (on the CPU, none of them copies): on an
+        accelerator, the host waits for the device once per call.
+        """
+        host_mask = mask.cpu()
+        order = torch.argsort(host_mask.sum(dim=1), descending=True, stable=True)
+        sorted_mask = host_mask[order].t()  # (steps, batch): time-major
         step, row = sorted_mask.nonzero(as_tuple=True)
         running = [rows for rows in sorted_mask.sum(dim=1).tolist() if rows > 0]
-        positions = order[row] * mask.shape[1] + step
-        return cls(order, positions, running, [0, *itertools.accumulate(running)], tuple(mask.shape))
+        positions = (order[row] * mask.shape[1] + step).to(mask.device)
+        return cls(order.to(mask.device), positions, running, [0, *itertools.accumulate(running)], tuple(mask.shape))
 
     def pack(self, x: torch.Tensor) -> torch.Tensor:
         """`(batch, steps, ...)` -> its valid positions `(packed rows, ...)` in packed order."""

@@ -14,7 +14,7 @@ from typing import Any, NamedTuple
 import torch
 from torch import nn
 
-from .kernels_cpu_products import Product, autocast_dtype, mixed_mm, step_products
+from .kernels_cpu_products import Product, autocast_dtype, mixed_mm, step_products, without_autocast
 from .kernels_lstm_inference import PackedSteps
 
 
@@ -166,7 +166,7 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
             functools.partial(layer_forward, direction_products, direction_settings, layout, *direction)
             for direction_products, direction_settings, direction in zip(products, settings, directions, strict=True)
         ]
-        with torch.autocast(mask.device.type, enabled=False):
+        with without_autocast(mask.device):
             runs = run_directions(tasks, mask.device)
         ctx.products, ctx.settings, ctx.layout = products, settings, layout
         ctx.save_for_backward(*(tensor for _, saved in runs for tensor in saved))
@@ -190,7 +190,7 @@ class ElmoLstmLayerFunction(torch.autograd.Function):
             for direction in range(len(ctx.settings))
         ]
         device = saved[0].device
-        with torch.autocast(device.type, enabled=False):  # as in the forward: the settings choose each product's dtype
+        with without_autocast(device):  # as in the forward: the settings choose each product's dtype
             gradients = run_directions(tasks, device)
         return None, None, None, *(grad for direction in gradients for grad in direction)
 
