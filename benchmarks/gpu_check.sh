@@ -7,8 +7,9 @@
 # 2. inference throughput on CUDA in fp32, TF32, bf16 and fp16 at batch 1, 32, 64 and 256, beside AllenNLP's Elmo
 #    on the same GPU when it is importable (see ../shared/peer/README.md; ALLENNLP_SITE, default /tmp/allennlp_site),
 #    with each row's peak GPU memory and its top layer's minimum cosine with float32;
-# 3. pre-training throughput, the path before the fast training recurrence beside today's (benchmark_pretrain.py, on
-#    the NSMC text of ../shared/data/nsmc when it is there);
+# 3. pre-training throughput: the path before the fast training recurrence beside today's in fp32 and under --bf16
+#    (benchmark_pretrain.py, on the NSMC text of ../shared/data/nsmc when it is there), and hf-elmo pretrain of the
+#    original shapes in fp32 and with --bf16 on a generated corpus, which needs no data;
 # 4. a Trainer fine-tuning step in bf16 (and fp32 beside it), with the peak GPU memory;
 # 5. hf-elmo embed --device cuda on a generated 10,000-line corpus: wall time, then the split between loading,
 #    tokenizing, model and writing from a profiled run of the same command.
@@ -70,6 +71,21 @@ if [[ -f "$NSMC" ]]; then
 else
     printf '\n## Pre-training throughput\n\nskipped: %s is missing\n' "$NSMC" | tee -a "$RESULTS"
 fi
+# A generated corpus of 10,000 lines: pre-training reads it here, hf-elmo embed below.
+"$PYTHON" -c "
+import sys; sys.path.insert(0, 'benchmarks')
+from common import make_sentences
+open(sys.argv[1], 'w').write(''.join(' '.join(words) + '\n' for words in make_sentences(10_000, seed=1)))
+" "$OUT/corpus.txt"
+head -n 64 "$OUT/corpus.txt" > "$OUT/validation.txt"
+for bf16 in false true; do
+    rm -rf "$OUT/pretrain"
+    step "hf-elmo pretrain on CUDA, original shapes, --bf16 $bf16, generated corpus" "$PYTHON" -m hf_elmo.pretraining \
+        --train-file "$OUT/corpus.txt" --validation-file "$OUT/validation.txt" --output-dir "$OUT/pretrain" \
+        --preset original --batch-size 64 --max-steps 20 --bf16 "$bf16" --eval-strategy no --save-steps 1000000 \
+        --logging-steps 20 --disable-tqdm true --report-to none --seed 0
+done
+rm -rf "$OUT/pretrain"
 for precision in bf16 fp32; do
     step "Trainer fine-tuning step, $precision" "$PYTHON" benchmarks/benchmark_finetune.py --device cuda \
         --precision "$precision" --batch-size 32 --steps 10
@@ -77,11 +93,6 @@ done
 
 "$PYTHON" -m hf_elmo.cli convert --options-file "$CHECKPOINT/options.json" --weight-file "$CHECKPOINT/weights.hdf5" \
     --output-dir "$OUT/model" --overwrite > /dev/null
-"$PYTHON" -c "
-import sys; sys.path.insert(0, 'benchmarks')
-from common import make_sentences
-open(sys.argv[1], 'w').write(''.join(' '.join(words) + '\n' for words in make_sentences(10_000, seed=1)))
-" "$OUT/corpus.txt"
 rm -rf "$OUT/vectors.h5" "$OUT/vectors.h5.parts" "$OUT/profiled.h5" "$OUT/profiled.h5.parts"
 began=$(date +%s.%N)
 step "hf-elmo embed --device cuda, 10,000 lines" "$PYTHON" -m hf_elmo.cli embed "$OUT/model" "$OUT/corpus.txt" \
