@@ -4,8 +4,10 @@ import csv
 import json
 import os
 import random
+import re
 import subprocess
 import sys
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -486,3 +488,83 @@ def test_nsmc_frozen_features_probe(base_model, tmp_path):
             layers = model(**tokenizer([text], return_tensors="pt"), output_hidden_states=True).hidden_states
         expected = torch.cat([layer[0, 1:-1].mean(0) for layer in layers])  # the words, without <S> and </S>
         torch.testing.assert_close(torch.from_numpy(means[row]), expected, atol=FLOAT32_TOLERANCE, rtol=0)
+
+
+def import_nsmc_example(name: str):
+    sys.path.insert(0, str(ROOT / "examples" / "nsmc"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "examples" / "nsmc"))
+
+
+def test_homonym_file_gives_each_homonym_one_target_word_and_six_sentences_per_sense():
+    """The homonym test's data: 10 homonyms or more, each with 2 senses or more of 6 sentences or more, and one target
+    word, the same whitespace word in every sentence of the homonym whatever its sense."""
+    homonym_senses = import_nsmc_example("homonym_senses")
+    groups = homonym_senses.read_homonyms(homonym_senses.DATA)
+    assert len(groups) >= 10
+    sentences = [row["sentence"] for group in groups.values() for row in group]
+    assert len(set(sentences)) == len(sentences)
+    for homonym, group in groups.items():
+        senses = Counter(row["sense"] for row in group)
+        assert len(senses) >= 2 and min(senses.values()) >= 6, homonym
+        (target,) = {row["target"] for row in group}
+        assert all(row["sentence"].split().count(target) == 1 for row in group)
+
+
+def test_homonym_senses_scores_the_context_free_layer_at_chance(base_model, capsys):
+    """Every homonym keeps one target word, so layer 0 gives it one vector: all neighbours tie and the layer scores
+    exactly chance, the expected score of a random neighbour within the homonym."""
+    homonym_senses = import_nsmc_example("homonym_senses")
+    results = homonym_senses.main(["--model", str(base_model)])
+    groups = homonym_senses.read_homonyms(homonym_senses.DATA)
+    chances = []
+    for group in groups.values():
+        senses = Counter(row["sense"] for row in group)
+        chances += [(senses[row["sense"]] - 1) / (len(group) - 1) for row in group]
+    assert results["overall"]["chance"] == pytest.approx(np.mean(chances), abs=1e-12)
+    assert results["overall"]["layer 0"] == results["overall"]["chance"]
+    for homonym, result in results["homonyms"].items():
+        assert result["layer 0"] == result["chance"], homonym
+        assert all(0.0 <= result[f"layer {number}"] <= 1.0 for number in (1, 2))
+    assert "| layer 0 | " in capsys.readouterr().out
+
+
+def test_homonym_senses_pools_the_target_words_units(base_model, monkeypatch):
+    """The target's vector is its whitespace word's: the one unit, the mean of the units that punctuation or morphemes
+    split it into, found through offsets (whitespace) or `word_ids()` (morphemes)."""
+    from hf_elmo.korean_morphemes import KoreanMorphemes
+
+    homonym_senses = import_nsmc_example("homonym_senses")
+    model = ElmoModel.from_pretrained(base_model).eval()
+    tokenizer = ElmoTokenizer(max_characters_per_token=20, pre_tokenizer="whitespace")
+    sentences, targets = ["그래, 배를 타자", "배를, 깎았다!"], ["배를", "배를,"]
+    with torch.no_grad():
+        layers = torch.stack(
+            model(**tokenizer(sentences, padding=True, return_tensors="pt"), output_hidden_states=True).hidden_states
+        )
+    expected = torch.stack([layers[:, 0, 3], layers[:, 1, 1:3].mean(1)], dim=1)  # <S> 그래 , 배를 / <S> 배를 ,
+    vectors = homonym_senses.target_vectors(model, tokenizer, sentences, targets)
+    torch.testing.assert_close(vectors, expected, atol=FLOAT32_TOLERANCE, rtol=0)
+
+    class FirstCharacterApart(KoreanMorphemes):
+        """Made-up morphemes: each whitespace word's first character, then the rest."""
+
+        def analyse(self, text):
+            units = []
+            for index, word in enumerate(re.finditer(r"\S+", text)):
+                start, end = word.span()
+                units += [(text[start], (start, start + 1), index)]
+                units += [(text[start + 1 : end], (start + 1, end), index)] if end > start + 1 else []
+            return units
+
+    monkeypatch.setattr(tokenizer, "_splitter", FirstCharacterApart())
+    monkeypatch.setattr(tokenizer, "pre_tokenizer", "korean_morphemes")
+    with torch.no_grad():
+        layers = torch.stack(
+            model(**tokenizer(sentences, padding=True, return_tensors="pt"), output_hidden_states=True).hidden_states
+        )
+    expected = torch.stack([layers[:, 0, 3:5].mean(1), layers[:, 1, 1:3].mean(1)], dim=1)  # 그 래, 배 를 / 배 를,
+    vectors = homonym_senses.target_vectors(model, tokenizer, sentences, targets)
+    torch.testing.assert_close(vectors, expected, atol=FLOAT32_TOLERANCE, rtol=0)

@@ -1,0 +1,166 @@
+"""Do a biLM's layers tell a Korean homonym's senses apart? Leave-one-out nearest-neighbour sense accuracy per layer.
+
+    OMP_NUM_THREADS=1 python examples/nsmc/homonym_senses.py --model ko-nsmc
+
+`homonyms.tsv` (beside this script) holds sentences written for this test: for each homonym (배: belly, boat, pear;
+눈: eye, snow; ...) at least 6 sentences per sense, the homonym always in the same whitespace word (the `target`,
+e.g. 배를 in every sentence of 배, whatever the sense), so that only the context can tell the senses apart. Each
+sentence gives one vector per layer: the target word's, the mean of its positions, pooled by
+`tokenization_elmo.pool_to_words` (one position for a word without punctuation under the whitespace pre-tokenizers,
+found through the units' offsets; its morphemes under `korean_morphemes`, found through the batch's `word_ids()`).
+
+The score of a sentence is whether its nearest neighbour by cosine, among the other sentences of the same homonym,
+has its sense. **Ties**: every neighbour within `TIE` (1e-6) of the best cosine is a nearest neighbour, and the
+sentence scores the share of them with its sense, the expected score of breaking the tie at random. **Chance** is the
+expected score of a random neighbour: `(n_sense - 1) / (n_homonym - 1)` for a sentence of a sense with `n_sense` of
+its homonym's `n_homonym` sentences. A layer that gives the target one vector in every sentence (the context-free
+character CNN, layer 0, on identical words) ties all neighbours, so it scores exactly chance by construction. Each
+homonym's sentences are encoded in one batch. Prints the accuracies (averaged over all sentences, then per homonym)
+as markdown tables; `main` returns them.
+"""
+
+import argparse
+import bisect
+import csv
+import re
+from collections import Counter
+from pathlib import Path
+
+import torch
+from transformers.utils import logging
+
+from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.bundled import resolve_model_name
+from hf_elmo.tokenization_elmo import pool_to_words
+
+DATA = Path(__file__).resolve().parent / "homonyms.tsv"
+TIE = 1e-6
+COLUMNS = ["homonym", "sense", "target", "sentence"]
+
+
+def read_homonyms(path: Path) -> dict[str, list[dict]]:
+    """
+    The rows of a homonym file grouped by homonym, in file order; a `ValueError` when a homonym has fewer than two
+    senses, a target that differs between its rows, or a sentence without exactly one whitespace word equal to it.
+    """
+    with open(path, newline="", encoding="utf-8") as handle:
+        reader = csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE)
+        if reader.fieldnames != COLUMNS:
+            raise ValueError(f"{path}: the columns must be {', '.join(COLUMNS)} (tab-separated)")
+        rows = list(reader)
+    groups: dict[str, list[dict]] = {}
+    for row in rows:
+        groups.setdefault(row["homonym"], []).append(row)
+    for homonym, group in groups.items():
+        targets = {row["target"] for row in group}
+        if len(targets) != 1:
+            raise ValueError(f"{path}: {homonym} has several targets ({', '.join(sorted(targets))}); give it one")
+        for row in group:
+            if row["sentence"].split().count(row["target"]) != 1:
+                raise ValueError(f"{path}: the word {row['target']} is not once in: {row['sentence']}")
+        if len({row["sense"] for row in group}) < 2:
+            raise ValueError(f"{path}: {homonym} has one sense; a homonym needs two or more")
+    return groups
+
+
+def whitespace_words(text: str, word_ids: list[int | None], offsets: list, morphemes: bool) -> list[int | None]:
+    """
+    The whitespace word (its index in `text.split()`) of each position of `text`'s row, None at `<S>`, `</S>` and
+    padding: the morpheme tokenizer's `word_ids()` as they are; for other pre-tokenizers, whose units are words split
+    further at punctuation, the word holding each unit's first character (its `offsets`).
+    """
+    if morphemes:
+        return word_ids
+    starts = [word.start() for word in re.finditer(r"\S+", text)]
+    return [
+        None if unit is None else bisect.bisect_right(starts, start) - 1 for unit, (start, _) in zip(word_ids, offsets)
+    ]
+
+
+@torch.inference_mode()
+def target_vectors(model: ElmoModel, tokenizer: ElmoTokenizer, sentences: list[str], targets: list[str]):
+    """`(n_layers + 1, len(sentences), hidden_size)`: each layer's vector of each sentence's target word."""
+    batch = tokenizer(sentences, padding=True, return_offsets_mapping=True, return_tensors="pt")
+    offsets = batch.pop("offset_mapping").tolist()
+    layers = torch.stack(model(**batch, output_hidden_states=True).hidden_states)
+    morphemes = tokenizer.pre_tokenizer == "korean_morphemes"
+    only_target = []  # the positions of each sentence's target word, marked 0, every other position None
+    for row, (text, target) in enumerate(zip(sentences, targets)):
+        index = text.split().index(target)
+        words = whitespace_words(text, batch.word_ids(row), offsets[row], morphemes)
+        only_target.append([0 if word == index else None for word in words])
+    pooled, word_mask = pool_to_words(layers.float(), only_target)
+    if pooled.shape[-2] != 1 or not word_mask.all():
+        raise ValueError("a target word has no position of its own in the tokenizer's units")
+    return pooled[..., 0, :]
+
+
+def nearest_neighbour_scores(vectors: torch.Tensor, senses: list[str]) -> torch.Tensor:
+    """Each sentence's leave-one-out 1-nearest-neighbour score by cosine (ties: the share of tied neighbours)."""
+    unit = torch.nn.functional.normalize(vectors.double(), dim=-1)
+    cosine = unit @ unit.T
+    cosine.fill_diagonal_(-float("inf"))
+    nearest = cosine >= cosine.max(dim=-1, keepdim=True).values - TIE
+    same = torch.tensor([[a == b for b in senses] for a in senses])
+    return (nearest & same).sum(-1).double() / nearest.sum(-1).double()
+
+
+def chance_scores(senses: list[str]) -> torch.Tensor:
+    """Each sentence's expected score with a random neighbour among the other sentences of its homonym."""
+    counts = Counter(senses)
+    return torch.tensor([(counts[sense] - 1) / (len(senses) - 1) for sense in senses], dtype=torch.float64)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", required=True, help="a biLM folder or a bundled model's name")
+    parser.add_argument("--data", default=str(DATA), help="a homonym file (homonym, sense, target, sentence)")
+    args = parser.parse_args(argv)
+    try:
+        model_path = resolve_model_name(args.model)
+        groups = read_homonyms(Path(args.data))
+    except ValueError as error:
+        parser.error(str(error))
+
+    torch.set_num_threads(1)
+    logging.disable_progress_bar()
+    tokenizer = ElmoTokenizer.from_pretrained(model_path)
+    model = ElmoModel.from_pretrained(model_path, dtype=torch.float32).eval()
+    layer_names = [f"layer {number}" for number in range(model.config.n_layers + 1)] + ["average of layers"]
+    scores = {name: [] for name in ["chance", *layer_names]}
+    per_homonym = {}
+    for homonym, group in groups.items():
+        senses = [row["sense"] for row in group]
+        vectors = target_vectors(
+            model, tokenizer, [row["sentence"] for row in group], [row["target"] for row in group]
+        )
+        vectors = torch.cat([vectors, vectors.mean(0, keepdim=True)])
+        group_scores = {"chance": chance_scores(senses)}
+        group_scores.update({name: nearest_neighbour_scores(v, senses) for name, v in zip(layer_names, vectors)})
+        for name, values in group_scores.items():
+            scores[name].append(values)
+        per_homonym[homonym] = {
+            "target": group[0]["target"],
+            "senses": {sense: senses.count(sense) for sense in dict.fromkeys(senses)},
+            **{name: values.mean().item() for name, values in group_scores.items()},
+        }
+    overall = {name: torch.cat(values).mean().item() for name, values in scores.items()}
+
+    sentences = sum(len(group) for group in groups.values())
+    print(
+        f"{args.model}: {len(groups)} homonyms, {sentences} sentences; leave-one-out 1-NN sense accuracy by cosine\n"
+    )
+    print("| vectors | accuracy |\n| --- | ---: |")
+    for name in [*layer_names, "chance"]:
+        print(f"| {name} | {overall[name]:.3f} |")
+    print(f"\n| homonym (target: senses) | {' | '.join(layer_names)} | chance |")
+    print("| --- |" + " ---: |" * (len(layer_names) + 1))
+    for homonym, result in per_homonym.items():
+        senses = ", ".join(f"{sense} {count}" for sense, count in result["senses"].items())
+        values = " | ".join(f"{result[name]:.3f}" for name in [*layer_names, "chance"])
+        print(f"| {homonym} ({result['target']}: {senses}) | {values} |")
+    return {"overall": overall, "homonyms": per_homonym}
+
+
+if __name__ == "__main__":
+    main()
