@@ -11,7 +11,10 @@ times steps (the step time is the median); on one thread as many steps are then 
 does not follow the worker threads on which a layer's directions run with more). The profiler adds a cost per
 operator: the split says which part bounds a step, the unprofiled time is the one to quote. Given the old path's
 reviews/s per thread count (from `benchmark_pretrain.py`'s table), it prints the step time five times those would need
-and what the products, at the machine's GEMM peak, would leave of it.
+and what the products, at the machine's GEMM peak, would leave of it. With `--bf16`, the steps run under bfloat16
+autocast (as `--bf16` trains), against the bfloat16 GEMM peak:
+
+    PYTHONPATH=$PWD python benchmarks/pretrain_time_split.py --train-file outputs/nsmc/data/pretrain_train.txt --bf16
 """
 
 import argparse
@@ -54,6 +57,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--steps", type=int, default=8, help="steps timed, then as many profiled")
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--max-length", type=int, default=40)
+    parser.add_argument("--bf16", action="store_true", help="the steps under bfloat16 autocast (mixed precision)")
     return parser.parse_args()
 
 
@@ -80,17 +84,21 @@ def main():
     gflop = training_gflop(model.config, positions, 2 * (positions - args.batch_size), distinct)
 
     def step(batch):
-        model(**batch).loss.backward()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=args.bf16):
+            loss = model(**batch).loss
+        loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 10.0)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
+    precision = "bfloat16 autocast" if args.bf16 else "float32"
     print(f"CPU: {cpu_model()}; torch {torch.__version__}; batches of {args.batch_size} reviews, ko-nsmc shape")
+    print(f"precision: {precision}")
     print(f"{positions / args.batch_size:.2f} real positions per review; {gflop:.1f} GFLOP of products per step\n")
     old_speeds = args.old_reviews_per_second or [None] * len(args.threads)
     for threads, old_speed in zip(args.threads, old_speeds, strict=True):
         torch.set_num_threads(threads)
-        peak = gemm_peak()
+        peak = gemm_peak(dtype=torch.bfloat16 if args.bf16 else torch.float32)
         for batch in batches[:2]:  # the product libraries are measured on first use
             step(batch)
         times = []
