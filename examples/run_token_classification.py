@@ -6,8 +6,10 @@
 
 CoNLL files (any other extension than .csv/.json/.jsonl) hold one token per line, its tag in the last column, and a
 blank line between sentences (`-DOCSTART-` lines are skipped). csv/json files hold a `tokens` and a `tags` column:
-lists, or strings of space-separated items. Every word is one position of ELMo's input, so the labels align with the
-positions directly through `word_ids()` (-100 at `<S>`, `</S>` and padding). Entity-level precision, recall and F1
+lists, or strings of space-separated items. Each word's tag goes to its first position through `word_ids()` (-100
+at `<S>`, `</S>`, padding and a word's later positions): a word is one position, or with a tokenizer that splits words
+into smaller units (`pre_tokenizer="korean_morphemes"`), which reads each sentence as its words joined by spaces, its
+first unit, where `predict_word_labels` reads a word's label. Entity-level precision, recall and F1
 (`seqeval`, conlleval's rules) and token accuracy are reported for every split with tags, written to
 `output_dir/all_results.json`, and the output folder (model, tokenizer, model card) is ready for `push_to_hub`.
 
@@ -196,22 +198,25 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         **overrides,
     )
 
+    # Given words stay one position each; a tokenizer that splits words (Korean morphemes) must read the text.
+    splits_words = tokenizer.pre_tokenizer == "korean_morphemes"
+
     def preprocess(batch):
         encoding = tokenizer(
-            batch["tokens"],
-            is_split_into_words=True,
+            [" ".join(words) for words in batch["tokens"]] if splits_words else batch["tokens"],
+            is_split_into_words=not splits_words,
             truncation=data_args.max_seq_length is not None,
             max_length=data_args.max_seq_length,
         )
-        # One position per word: the word's tag, -100 at <S>, </S> (and, once collated, at padding). Without tags
-        # (a test file to tag), 0 marks the positions to predict; no metrics are computed then.
-        encoding["labels"] = [
-            [
-                -100 if word is None else tag2id[batch["tags"][i][word]] if "tags" in batch else 0
-                for word in encoding.word_ids(i)
-            ]
-            for i in range(len(batch["tokens"]))
-        ]
+        # The word's tag at its first position, -100 at its later ones, <S>, </S> (and, once collated, padding).
+        # Without tags (a test file to tag), 0 marks the positions to predict; no metrics are computed then.
+        labels = []
+        for i in range(len(batch["tokens"])):
+            word_ids = encoding.word_ids(i)
+            firsts = [word is not None and word != previous for previous, word in zip([None, *word_ids], word_ids)]
+            tags = [tag2id[tag] for tag in batch["tags"][i]] if "tags" in batch else [0] * len(batch["tokens"][i])
+            labels.append([tags[word] if first else -100 for word, first in zip(word_ids, firsts)])
+        encoding["labels"] = labels
         return encoding
 
     with training_args.main_process_first(desc="tokenizing"):

@@ -296,6 +296,67 @@ def test_run_token_classification(base_model, tmp_path, crf_arguments):
     assert {"library_name: hf_elmo", "pipeline_tag: token-classification"} <= set(header)
 
 
+def test_run_token_classification_tags_words_of_korean_morphemes(tmp_path):
+    """
+    A biLM reading Korean morphemes: the script gives it each sentence's text (given words would stay one position
+    each), trains on each word's tag at its first morpheme, and writes one predicted tag per word of the file.
+    """
+    pytest.importorskip("kiwipiepy", reason='the Korean tests need the korean extra: pip install "hf_elmo[korean]"')
+    torch.manual_seed(0)
+    ElmoModel(tiny_config()).save_pretrained(tmp_path / "korean")
+    ElmoTokenizer(max_characters_per_token=20, pre_tokenizer="korean_morphemes").save_pretrained(tmp_path / "korean")
+    rng = random.Random(0)
+    fillers, places, people = (
+        ["어제", "친구와", "함께", "영화를", "보았다", "밥을"],
+        ["서울에서", "부산에"],
+        ["철수가", "영희는"],
+    )
+
+    def korean_sentences(n):
+        sentences = []
+        for _ in range(n):
+            words = rng.sample(fillers, 2) + rng.sample(places, 1) + rng.sample(people, 1)
+            rng.shuffle(words)
+            sentences.append((words, ["B-LOC" if w in places else "B-PER" if w in people else "O" for w in words]))
+        return sentences
+
+    write_conll(tmp_path / "train.conll", korean_sentences(16))
+    test = korean_sentences(6)
+    write_conll(tmp_path / "test.conll", test)
+    output_dir = tmp_path / "tagger"
+    run_example(
+        "run_token_classification.py",
+        [
+            "--model_name_or_path",
+            tmp_path / "korean",
+            "--train_file",
+            tmp_path / "train.conll",
+            "--test_file",
+            tmp_path / "test.conll",
+            "--do_train",
+            "--do_predict",
+            "--output_dir",
+            output_dir,
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "8",
+        ],
+        tmp_path,
+    )
+    written = [
+        [line.split() for line in block.splitlines()]
+        for block in (output_dir / "test_predictions.conll").read_text().strip().split("\n\n")
+    ]
+    assert [[word for word, _ in sentence] for sentence in written] == [words for words, _ in test]
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    model = AutoModelForTokenClassification.from_pretrained(output_dir).eval()
+    encoding = tokenizer([" ".join(words) for words, _ in test], padding=True, return_tensors="pt")
+    assert encoding["input_ids"].shape[1] > max(len(words) for words, _ in test) + 2  # morphemes, not words
+    predicted = [[tag for tag, _ in sentence] for sentence in model.predict_word_labels(encoding)]
+    assert predicted == [[tag for _, tag in sentence] for sentence in written]
+
+
 def test_run_token_classification_scores_the_viterbi_path_of_a_crf_tagger(base_model, tmp_path):
     # A CRF tagger whose transitions forbid any tag twice in a row, so that its path cannot be the emissions' argmax;
     # given as it is (without --use_crf: it keeps its CRF), the example writes and scores that path.
