@@ -96,13 +96,16 @@ def write_sentences(path: Path, n: int, seed: int, pairs: bool = False) -> list[
     return rows
 
 
-def tagged_sentences(n: int, seed: int) -> list[tuple[list[str], list[str]]]:
+def tagged_sentences(
+    n: int, seed: int, fillers=FILLER, places=PLACES, people=PEOPLE, n_fillers: int = 3
+) -> list[tuple[list[str], list[str]]]:
+    """`n` sentences of `n_fillers` fillers, a place (B-LOC) and a person (B-PER) in random order, with their tags."""
     rng = random.Random(seed)
     sentences = []
     for _ in range(n):
-        words = rng.sample(FILLER, 3) + rng.sample(PLACES, 1) + rng.sample(PEOPLE, 1)
+        words = rng.sample(fillers, n_fillers) + rng.sample(places, 1) + rng.sample(people, 1)
         rng.shuffle(words)
-        sentences.append((words, ["B-LOC" if w in PLACES else "B-PER" if w in PEOPLE else "O" for w in words]))
+        sentences.append((words, ["B-LOC" if w in places else "B-PER" if w in people else "O" for w in words]))
     return sentences
 
 
@@ -305,23 +308,14 @@ def test_run_token_classification_tags_words_of_korean_morphemes(tmp_path):
     torch.manual_seed(0)
     ElmoModel(tiny_config()).save_pretrained(tmp_path / "korean")
     ElmoTokenizer(max_characters_per_token=20, pre_tokenizer="korean_morphemes").save_pretrained(tmp_path / "korean")
-    rng = random.Random(0)
-    fillers, places, people = (
-        ["어제", "친구와", "함께", "영화를", "보았다", "밥을"],
-        ["서울에서", "부산에"],
-        ["철수가", "영희는"],
-    )
-
-    def korean_sentences(n):
-        sentences = []
-        for _ in range(n):
-            words = rng.sample(fillers, 2) + rng.sample(places, 1) + rng.sample(people, 1)
-            rng.shuffle(words)
-            sentences.append((words, ["B-LOC" if w in places else "B-PER" if w in people else "O" for w in words]))
-        return sentences
-
-    write_conll(tmp_path / "train.conll", korean_sentences(16))
-    test = korean_sentences(6)
+    vocabulary = {
+        "fillers": ["어제", "친구와", "함께", "영화를", "보았다", "밥을"],
+        "places": ["서울에서", "부산에"],
+        "people": ["철수가", "영희는"],
+        "n_fillers": 2,
+    }
+    write_conll(tmp_path / "train.conll", tagged_sentences(16, seed=0, **vocabulary))
+    test = tagged_sentences(6, seed=1, **vocabulary)
     write_conll(tmp_path / "test.conll", test)
     output_dir = tmp_path / "tagger"
     run_example(
