@@ -35,7 +35,7 @@ from common import cpu_has_bfloat16
 from hf_elmo import ElmoTokenizer
 from hf_elmo.configuration_elmo import ElmoConfig
 from hf_elmo.kernels_cpu_products import cpu_model
-from hf_elmo.pretraining import DataArguments, ModelArguments, model_config, save_tokenizer
+from hf_elmo.pretraining import DataArguments, ModelArguments, SplitText, model_config, save_tokenizer
 from hf_elmo.text_files import read_sentences
 
 # The last commit before the training recurrence ran on valid positions alone.
@@ -110,7 +110,8 @@ def shipped_tokenizer(train_file: str, folder: Path) -> ElmoTokenizer:
         train_file=[train_file], validation_file=[], pre_tokenizer="whitespace", min_count=3, max_vocab_size=100_000,
         char_vocab="learned",
     )  # fmt: skip
-    save_tokenizer(data_args, ModelArguments(max_characters_per_token=20), folder)
+    train_text = SplitText([train_file], data_args.pre_tokenizer)
+    save_tokenizer(data_args, ModelArguments(max_characters_per_token=20), train_text, folder)
     return ElmoTokenizer.from_pretrained(folder)
 
 

@@ -74,7 +74,8 @@ def main():
     lines = list(read_sentences([args.train_file]))
     rng = random.Random(0)
     collate = ElmoPreTrainingCollator(tokenizer, args.max_length)
-    batches = [collate([{"text": line} for line in rng.sample(lines, args.batch_size)]) for _ in range(2 * args.steps)]
+    samples = [rng.sample(lines, args.batch_size) for _ in range(2 * args.steps)]
+    batches = [collate([{"units": tokenizer.split_words(line)} for line in sample]) for sample in samples]
     positions = statistics.mean(int(batch["attention_mask"].sum()) for batch in batches)
     distinct = statistics.mean(len(torch.unique(b["input_ids"][b["attention_mask"].bool()], dim=0)) for b in batches)
     model_args = ModelArguments(**SHAPES["ko-nsmc"], max_characters_per_token=20, n_negative_samples=1024)

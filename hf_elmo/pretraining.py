@@ -20,7 +20,7 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
@@ -68,14 +68,17 @@ PRESETS = {
 
 
 def build_word_vocab(
-    lines: Iterable[str], min_count: int = 1, max_size: int | None = None, pre_tokenizer: str = "whitespace_split"
+    sentences: Iterable[str | Sequence[str]],
+    min_count: int = 1,
+    max_size: int | None = None,
+    pre_tokenizer: str = "whitespace_split",
 ) -> Tokenizer:
     """
-    A `tokenizers` `WordLevel` vocabulary of the words in `lines`: `<S>`, `</S>`, `<UNK>` (ids 0, 1, 2), then the
-    words seen at least `min_count` times by decreasing count, `max_size` entries at most (specials included).
-    Frequency order is what the sampled softmax's log-uniform sampler assumes. The vocabulary splits text with the
-    `tokenizers` pre-tokenizer named; an analyser in Python (`korean_morphemes`) counts its units as they come, and
-    leaves the vocabulary without a pre-tokenizer.
+    A `tokenizers` `WordLevel` vocabulary of the words in `sentences` (each a line of text, or its units as
+    [`SplitText`] holds them): `<S>`, `</S>`, `<UNK>` (ids 0, 1, 2), then the words seen at least `min_count` times by
+    decreasing count, `max_size` entries at most (specials included). Frequency order is what the sampled softmax's
+    log-uniform sampler assumes. A `tokenizers` pre-tokenizer is saved with the vocabulary (it splits text as the units
+    were split); an analyser in Python (`korean_morphemes`) leaves the vocabulary without one.
     """
     if min_count < 1:
         raise ValueError(f"min_count must be at least 1, got {min_count}")
@@ -86,49 +89,79 @@ def build_word_vocab(
     tokenizer = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
     splitter = PRE_TOKENIZERS[pre_tokenizer]()
     if isinstance(splitter, pre_tokenizers.PreTokenizer):
-        tokenizer.pre_tokenizer = splitter
-    else:  # one unit per string: without a pre-tokenizer, each string is one word
-        lines = (unit for line in lines for unit, _ in splitter.pre_tokenize_str(line))
+        tokenizer.pre_tokenizer = splitter  # splitting a unit again leaves it whole
+    split = ([unit for unit, _ in splitter.pre_tokenize_str(s)] if isinstance(s, str) else s for s in sentences)
+    units = (unit for sentence in split for unit in sentence)
     trainer = trainers.WordLevelTrainer(
         vocab_size=max_size or 2**31 - 1,
         min_frequency=min_count,
         special_tokens=[BOS_TOKEN, EOS_TOKEN, UNK_TOKEN],
         show_progress=False,
     )
-    tokenizer.train_from_iterator(lines, trainer=trainer)
+    tokenizer.train_from_iterator(units, trainer=trainer)
     return tokenizer
 
 
 # -- datasets and batches ---------------------------------------------------------------------------------------------
 
 
-class LineDataset(torch.utils.data.Dataset):
-    """All sentences of some text files, held in memory."""
+class SplitText:
+    """
+    The sentences of text files (one a line, plain or `.gz`, read as `read_sentences` reads them), each as the units
+    the pre-tokenizer named splits it into, one position each. Held in memory (the default), the text is split once
+    and every reader (the vocabulary, the word counts, the `<UNK>` rate, each epoch's batches) iterates over the same
+    lists: an analyser in Python (`korean_morphemes`) costs more than the rest of reading a corpus, and would
+    otherwise run again on every pass. A distinct unit is held once (`sys.intern`). With `in_memory=False` (streaming),
+    each pass reads and splits the files again.
+    """
 
-    def __init__(self, paths: Iterable[str | Path]):
-        self.lines = list(read_sentences(paths))
-        if not self.lines:
+    def __init__(self, paths: Iterable[str | Path], pre_tokenizer: str, in_memory: bool = True):
+        if pre_tokenizer not in PRE_TOKENIZERS:
+            raise ValueError(f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}, got {pre_tokenizer!r}")
+        self.paths = [str(path) for path in paths]
+        self._splitter = PRE_TOKENIZERS[pre_tokenizer]()
+        self.sentences = list(self._split()) if in_memory else None
+        if self.sentences == []:
             raise ValueError("the text files hold no sentence")
 
-    def __len__(self) -> int:
-        return len(self.lines)
+    def _split(self) -> Iterator[list[str]]:
+        for line in read_sentences(self.paths):
+            yield [sys.intern(unit) for unit, _ in self._splitter.pre_tokenize_str(line)]
 
-    def __getitem__(self, index: int) -> dict[str, str]:
-        return {"text": self.lines[index]}
+    def __iter__(self) -> Iterator[list[str]]:
+        return iter(self.sentences) if self.sentences is not None else self._split()
+
+
+class LineDataset(torch.utils.data.Dataset):
+    """The sentences of a [`SplitText`] held in memory, as `{"units": [unit, ...]}`."""
+
+    def __init__(self, text: SplitText):
+        if text.sentences is None:
+            raise ValueError("LineDataset needs the sentences in memory: SplitText(..., in_memory=True)")
+        self.sentences = text.sentences
+
+    def __len__(self) -> int:
+        return len(self.sentences)
+
+    def __getitem__(self, index: int) -> dict[str, list[str]]:
+        return {"units": self.sentences[index]}
 
 
 class StreamingLineDataset(torch.utils.data.IterableDataset):
-    """The sentences of some text files read lazily, once per pass, for corpora larger than memory."""
+    """The sentences of a [`SplitText`] read lazily, once per pass, for corpora larger than memory."""
 
-    def __init__(self, paths: Iterable[str | Path]):
-        self.paths = [str(path) for path in paths]
+    def __init__(self, text: SplitText):
+        self.text = text
 
-    def __iter__(self) -> Iterator[dict[str, str]]:
-        return ({"text": line} for line in read_sentences(self.paths))
+    def __iter__(self) -> Iterator[dict[str, list[str]]]:
+        return ({"units": units} for units in self.text)
 
 
 class ElmoPreTrainingCollator:
-    """Encodes a list of `{"text": sentence}` into char ids and word-id `labels`, cutting rows at `max_length`."""
+    """
+    Encodes a list of `{"units": [unit, ...]}` (a sentence split as its tokenizer splits text: [`SplitText`]) into
+    char ids and word-id `labels`, cutting rows at `max_length`.
+    """
 
     def __init__(self, tokenizer: ElmoTokenizer, max_length: int):
         if tokenizer.word_vocab_size is None:
@@ -137,9 +170,9 @@ class ElmoPreTrainingCollator:
         self.max_length = max_length
 
     def __call__(self, features: list[dict[str, str]]) -> dict[str, torch.Tensor]:
-        texts = [feature["text"] for feature in features]
         encoded = self.tokenizer(
-            texts,
+            [feature["units"] for feature in features],
+            is_split_into_words=True,
             padding=True,
             truncation=True,
             max_length=self.max_length,
@@ -181,26 +214,19 @@ def perplexity_metrics(eval_prediction) -> dict[str, float]:
     }
 
 
-def count_unknown_words(tokenizer: ElmoTokenizer, paths: Iterable[str | Path], chunk: int = 10_000) -> tuple[int, int]:
-    """`(words, <UNK> words)` of text files, split and looked up as the tokenizer's word vocabulary does."""
+def count_unknown_words(tokenizer: ElmoTokenizer, sentences: Iterable[Sequence[str]]) -> tuple[int, int]:
+    """`(words, <UNK> words)` of sentences split into units (a [`SplitText`]), looked up in the tokenizer's words."""
+    unknown_id = tokenizer.word_to_id(UNK_TOKEN)
     words = unknown = 0
-    lines = read_sentences(paths)
-    # A vocabulary without a pre-tokenizer holds an analyser's units (see build_word_vocab): the tokenizer splits.
-    presplit = tokenizer.word_tokenizer.pre_tokenizer is None
-    while batch := [line for _, line in zip(range(chunk), lines)]:
-        if presplit:
-            batch = [tokenizer.split_words(line) for line in batch]
-        for encoding in tokenizer.word_tokenizer.encode_batch(
-            batch, is_pretokenized=presplit, add_special_tokens=False
-        ):
-            words += len(encoding.ids)
-            unknown += encoding.ids.count(UNK_ID)
+    for units in sentences:
+        words += len(units)
+        unknown += sum(tokenizer.word_to_id(unit) == unknown_id for unit in units)
     return words, unknown
 
 
-def unk_rate(tokenizer: ElmoTokenizer, paths: Iterable[str | Path]) -> float:
-    """The share of the words of text files that the tokenizer's word vocabulary maps to `<UNK>`."""
-    words, unknown = count_unknown_words(tokenizer, paths)
+def unk_rate(tokenizer: ElmoTokenizer, sentences: Iterable[Sequence[str]]) -> float:
+    """The share of the words of sentences split into units that the tokenizer's word vocabulary maps to `<UNK>`."""
+    words, unknown = count_unknown_words(tokenizer, sentences)
     return unknown / max(words, 1)
 
 
@@ -347,22 +373,19 @@ def check_nothing_overrides_the_model(data_args: DataArguments, model_args: Mode
                 raise ValueError(f"{flag} shapes a new model; with --model-name-or-path the model's own are kept")
 
 
-def save_tokenizer(data_args: DataArguments, model_args: ModelArguments, output_dir: Path) -> None:
-    """Builds the word vocabulary of the training files and saves the tokenizer holding it in `output_dir`."""
-    word_vocab = build_word_vocab(
-        read_sentences(data_args.train_file), data_args.min_count, data_args.max_vocab_size, data_args.pre_tokenizer
-    )
+def save_tokenizer(
+    data_args: DataArguments, model_args: ModelArguments, train_text: Iterable[Sequence[str]], output_dir: Path
+) -> None:
+    """Builds the word vocabulary of the training text (split: [`SplitText`]) and saves the tokenizer holding it in
+    `output_dir`."""
+    word_vocab = build_word_vocab(train_text, data_args.min_count, data_args.max_vocab_size, data_args.pre_tokenizer)
     with tempfile.TemporaryDirectory() as folder:
         vocab_file = str(Path(folder) / "word_vocab.json")
         word_vocab.save(vocab_file)
         char_vocab_file = None
         if data_args.char_vocab == "learned":
             char_vocab_file = str(Path(folder) / CHAR_VOCAB_FILE)
-            splitter = PRE_TOKENIZERS[data_args.pre_tokenizer]()
-            sentences = (
-                [word for word, _ in splitter.pre_tokenize_str(line)] for line in read_sentences(data_args.train_file)
-            )
-            learn_character_vocabulary(sentences).save(char_vocab_file)
+            learn_character_vocabulary(train_text).save(char_vocab_file)
         tokenizer = ElmoTokenizer(
             max_characters_per_token=model_args.max_characters_per_token,
             pre_tokenizer=data_args.pre_tokenizer,
@@ -388,6 +411,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         # Loaded before anything is written, so that a model that does not load leaves no output folder behind.
         model, trained_tokenizer = load_pretrained(model_args)
     output_dir = Path(training_args.output_dir)
+    pre_tokenizer = data_args.pre_tokenizer if model is None else trained_tokenizer.pre_tokenizer
+    train_text = SplitText(data_args.train_file, pre_tokenizer, in_memory=not data_args.streaming)
+    validation_text = SplitText(data_args.validation_file, pre_tokenizer)
     # The first process builds the vocabulary (kept when resuming) or copies the trained model's, and saves the
     # tokenizer in the output folder; the others read it there. The Trainer is not given the tokenizer: it would align
     # special-token ids with the model config, which a character tokenizer does not have.
@@ -395,34 +421,34 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         keep_vocab = training_args.resume and (output_dir / "word_vocab.json").is_file()
         if training_args.process_index == 0 and not keep_vocab:
             if model is None:
-                save_tokenizer(data_args, model_args, output_dir)
+                save_tokenizer(data_args, model_args, train_text, output_dir)
             else:
                 trained_tokenizer.save_pretrained(output_dir)
         tokenizer = ElmoTokenizer.from_pretrained(output_dir)
+        if tokenizer.pre_tokenizer != pre_tokenizer:
+            raise ValueError(
+                f"{output_dir}'s tokenizer splits text with {tokenizer.pre_tokenizer!r}, not --pre-tokenizer "
+                f"{pre_tokenizer!r}: resume with the options of the run that made it"
+            )
         if training_args.process_index == 0 and not keep_vocab:
             # The SIF weights of the folder's sentence vectors (sentence_weighting): the words of the training text.
-            WordCounts.of_text(tokenizer, data_args.train_file).save_pretrained(output_dir)
+            WordCounts.of_sentences(tokenizer, train_text).save_pretrained(output_dir)
     if model is None:
         asked_negatives = model_args.n_negative_samples or NEGATIVE_SAMPLES
         model = ElmoForPreTraining(model_config(model_args, tokenizer))
     else:
         asked_negatives = model_args.n_negative_samples or model.config.n_negative_samples or NEGATIVE_SAMPLES
         model.config.n_negative_samples = min(asked_negatives, tokenizer.word_vocab_size)
-    rates = {
-        "train_unk_rate": unk_rate(tokenizer, data_args.train_file),
-        "eval_unk_rate": unk_rate(tokenizer, data_args.validation_file),
-    }
+    rates = {"train_unk_rate": unk_rate(tokenizer, train_text), "eval_unk_rate": unk_rate(tokenizer, validation_text)}
     if training_args.process_index == 0:
         print(describe_run(model, asked_negatives, rates), file=sys.stderr)
 
-    train_dataset = (
-        StreamingLineDataset(data_args.train_file) if data_args.streaming else LineDataset(data_args.train_file)
-    )
+    train_dataset = StreamingLineDataset(train_text) if data_args.streaming else LineDataset(train_text)
     trainer = Trainer(
         model=model,
         args=training_args,
         train_dataset=train_dataset,
-        eval_dataset=LineDataset(data_args.validation_file),
+        eval_dataset=LineDataset(validation_text),
         data_collator=ElmoPreTrainingCollator(tokenizer, data_args.max_length),
         compute_metrics=perplexity_metrics,
         preprocess_logits_for_metrics=direction_nll_sums,

@@ -12,7 +12,6 @@ The common component (Arora et al.'s second step) is the first singular vector o
 a direction they all share ([`common_component`]); `ElmoModel.sentence_embedding` removes one it is given.
 """
 
-import itertools
 import json
 import os
 from collections.abc import Iterable, Sequence
@@ -53,25 +52,20 @@ class WordCounts:
         return len(self.counts)
 
     @classmethod
-    def of_text(cls, tokenizer: ElmoTokenizer, paths: Iterable[str | Path], chunk: int = 10_000) -> "WordCounts":
+    def of_text(cls, tokenizer: ElmoTokenizer, paths: Iterable[str | Path]) -> "WordCounts":
         """
         The counts of the words of text files, one sentence a line (plain or `.gz`, read as pre-training reads
-        them), split and looked up as the tokenizer's word vocabulary does.
+        them), split and looked up as the tokenizer splits and labels text.
         """
+        return cls.of_sentences(tokenizer, map(tokenizer.split_words, read_sentences(paths)))
+
+    @classmethod
+    def of_sentences(cls, tokenizer: ElmoTokenizer, sentences: Iterable[Sequence[str]]) -> "WordCounts":
+        """The counts of the words of sentences already split into the tokenizer's units (`pretraining.SplitText`)."""
         if tokenizer.word_vocab_size is None:
             raise ValueError("counting words needs a tokenizer with a word vocabulary (vocab_file=...)")
-        vocabulary = tokenizer.word_tokenizer
-        counts = np.zeros(tokenizer.word_vocab_size, dtype=np.int64)
-        # A vocabulary without a pre-tokenizer holds an analyser's units (pretraining.build_word_vocab): the
-        # tokenizer splits the lines into them.
-        presplit = vocabulary.pre_tokenizer is None
-        lines = read_sentences(paths)
-        while batch := list(itertools.islice(lines, chunk)):
-            if presplit:
-                batch = [tokenizer.split_words(line) for line in batch]
-            encodings = vocabulary.encode_batch(batch, is_pretokenized=presplit, add_special_tokens=False)
-            ids = np.fromiter(itertools.chain.from_iterable(encoding.ids for encoding in encodings), dtype=np.int64)
-            counts += np.bincount(ids, minlength=len(counts))
+        ids = np.fromiter((tokenizer.word_to_id(unit) for units in sentences for unit in units), dtype=np.int64)
+        counts = np.bincount(ids, minlength=tokenizer.word_vocab_size)
         words = int(counts.sum())
         for special in (BOS_TOKEN, EOS_TOKEN, UNK_TOKEN):
             counts[tokenizer.word_to_id(special)] = 0

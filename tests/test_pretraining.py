@@ -20,7 +20,11 @@ from hf_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, ker
 from hf_elmo.modeling_elmo import ElmoForPreTraining
 from hf_elmo.pretraining import (
     NEGATIVE_SAMPLES,
+    ElmoPreTrainingCollator,
+    LineDataset,
+    SplitText,
     build_word_vocab,
+    count_unknown_words,
     describe_run,
     direction_nll_sums,
     main,
@@ -370,6 +374,50 @@ def test_word_vocabulary_counts_caps_and_round_trips(tmp_path):
     assert ElmoTokenizer.from_pretrained(tmp_path / "plain").word_vocab_size is None
     with pytest.raises(ValueError, match="word vocabulary"):
         plain(["a"], return_word_labels=True)
+
+
+MIXED_TEXT = ["배를 타고 여행을 가다.", "w1 w2, w3 (w4) w1", "배가 고프다!", "w1 w5 w5 w6 배를 w2"]
+
+
+@pytest.mark.parametrize("pre_tokenizer", ["whitespace_split", "whitespace", "bert", "korean_morphemes"])
+def test_text_split_once_reads_as_the_tokenizer_splits_it(pre_tokenizer, tmp_path):
+    if pre_tokenizer == "korean_morphemes":
+        pytest.importorskip("kiwipiepy", reason="korean_morphemes needs the korean extra")
+    (tmp_path / "text.txt").write_text("\n".join(MIXED_TEXT) + "\n\n", encoding="utf-8")
+    text = SplitText([tmp_path / "text.txt"], pre_tokenizer)
+    vocab = build_word_vocab(text, min_count=2, pre_tokenizer=pre_tokenizer)
+    assert vocab.get_vocab() == build_word_vocab(MIXED_TEXT, min_count=2, pre_tokenizer=pre_tokenizer).get_vocab()
+    vocab.save(str(tmp_path / "word_vocab.json"))
+    tokenizer = ElmoTokenizer(
+        max_characters_per_token=20, pre_tokenizer=pre_tokenizer, vocab_file=str(tmp_path / "word_vocab.json")
+    )
+    assert text.sentences == [tokenizer.split_words(line) for line in MIXED_TEXT]
+    assert list(SplitText([tmp_path / "text.txt"], pre_tokenizer, in_memory=False)) == text.sentences
+
+    # A batch of split sentences is the batch of their text: the same characters and labels, cut alike.
+    collate = ElmoPreTrainingCollator(tokenizer, max_length=6)
+    batch = collate([LineDataset(text)[i] for i in range(len(MIXED_TEXT))])
+    expected = tokenizer(
+        MIXED_TEXT, padding=True, truncation=True, max_length=6, return_word_labels=True, return_tensors="pt"
+    )
+    assert set(batch) == set(expected)
+    assert all(torch.equal(batch[name], expected[name]) for name in batch)
+
+    # The <UNK> rate and the SIF counts of the split text are those of the labels the tokenizer gives the text.
+    labels = tokenizer(MIXED_TEXT, return_word_labels=True)["labels"]
+    words = [label for row in labels for label in row[1:-1]]
+    assert count_unknown_words(tokenizer, text) == (len(words), words.count(tokenizer.word_to_id("<UNK>")))
+    counts = WordCounts.of_sentences(tokenizer, text)
+    assert counts.counts.tolist() == WordCounts.of_text(tokenizer, [tmp_path / "text.txt"]).counts.tolist()
+    assert counts.words == len(words) and counts.counts[3] == Counter(words)[3] > 1
+
+
+def test_text_without_sentences_is_refused(tmp_path):
+    (tmp_path / "empty.txt").write_text("\n  \n", encoding="utf-8")
+    with pytest.raises(ValueError, match="hold no sentence"):
+        SplitText([tmp_path / "empty.txt"], "whitespace")
+    with pytest.raises(ValueError, match="pre_tokenizer must be one of"):
+        SplitText([tmp_path / "empty.txt"], "spaces")
 
 
 # -- the Trainer script -----------------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@
         outputs/nsmc/data/pretrain_train.txt outputs/nsmc/data/pretrain_validation.txt
 
 Words are what the pre-training labels hold (`hf_elmo.pretraining.count_unknown_words`, as `hf-elmo pretrain` counts
-them): the word vocabulary's pre-tokenizer splits each line, `<S>` and `</S>` are not counted. Prints one JSON
+them): the tokenizer's pre-tokenizer splits each line, `<S>` and `</S>` are not counted. Prints one JSON
 object: `{file: {"words": n, "unk": share}}`.
 """
 
@@ -13,7 +13,7 @@ import json
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.bundled import resolve_model_name
-from hf_elmo.pretraining import count_unknown_words
+from hf_elmo.pretraining import SplitText, count_unknown_words
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> dict:
     tokenizer = ElmoTokenizer.from_pretrained(resolve_model_name(args.model))
     results = {}
     for path in args.files:
-        words, unknown = count_unknown_words(tokenizer, [path])
+        words, unknown = count_unknown_words(tokenizer, SplitText([path], tokenizer.pre_tokenizer, in_memory=False))
         results[path] = {"words": words, "unk": round(unknown / words, 4)}
     print(json.dumps(results, indent=2))
     return results
