@@ -733,14 +733,15 @@ class ElmoModel(ElmoPreTrainedModel):
         layer_weights: list[float] | torch.Tensor | None = None,
         word_input_ids: torch.LongTensor | None = None,
         word_weights: torch.Tensor | None = None,
-        common_component: list[float] | torch.Tensor | None = None,
+        common_component: list[float] | list[list[float]] | torch.Tensor | None = None,
+        reference_mean: list[float] | torch.Tensor | None = None,
     ) -> torch.Tensor:
         """
         One vector per sentence, `(batch, 2 * projection_dim)`: [`sentence_vectors`] of the biLM's `n_layers + 1`
         layers over each row's words (not `<S>`, `</S>` or padding). With the defaults, the mean over the words of the
         plain average of the layers, as TF-Hub ELMo's "default" output. Whatever weighs the words comes in as an
         argument: the same inputs give the same vectors. `SentenceTransformer(folder)` (`ElmoSentenceEncoder`) passes
-        the SIF weights of the folder's word counts where it has them.
+        the SIF weights of the folder's word counts where it has them, and the reference statistics its config holds.
 
         Args:
             input_ids, attention_mask, word_input_ids: as for `forward`.
@@ -749,8 +750,11 @@ class ElmoModel(ElmoPreTrainedModel):
             word_weights (`torch.Tensor` of shape `(batch, positions)`, *optional*): each position's weight; the
                 weighted sum is divided by the number of words, so weights of 1 (the default) give the plain mean.
                 SIF weights: `sentence_weighting.WordCounts.sif_weights` of the tokenizer's word labels.
-            common_component (`list[float]` or `torch.Tensor` of shape `(2 * projection_dim,)`, *optional*): a
-                direction removed from every vector (see [`sentence_vectors`]); none by default.
+            common_component (`torch.Tensor` of shape `(2 * projection_dim,)` or `(k, 2 * projection_dim)`, or
+                nested lists, *optional*): directions projected out of every vector (see [`sentence_vectors`]);
+                none by default.
+            reference_mean (`torch.Tensor` of shape `(2 * projection_dim,)`, or a list, *optional*): a vector
+                subtracted from every vector before, the mean sentence vector of a reference text; none by default.
         """
         layers = self(
             input_ids,
@@ -760,7 +764,7 @@ class ElmoModel(ElmoPreTrainedModel):
             word_input_ids=word_input_ids,
         ).hidden_states
         words = word_positions(input_ids, valid_positions(input_ids, attention_mask), self.config)
-        return sentence_vectors(layers, words, layer_weights, word_weights, common_component)
+        return sentence_vectors(layers, words, layer_weights, word_weights, common_component, reference_mean)
 
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
         """The boolean `(batch, positions)` mask, checked to be right-padded."""
@@ -866,17 +870,23 @@ def sentence_vectors(
     words: torch.Tensor,
     layer_weights: list[float] | torch.Tensor | None = None,
     word_weights: torch.Tensor | None = None,
-    common_component: list[float] | torch.Tensor | None = None,
+    common_component: list[float] | list[list[float]] | torch.Tensor | None = None,
+    reference_mean: list[float] | torch.Tensor | None = None,
 ) -> torch.Tensor:
     """
     `v = sum_i c_i x_i / n` per row, `(batch, dim)`, over the `n` positions `words` `(batch, positions)` (bool) marks,
     where `x_i = sum_j w_j h_ij` mixes `layers` (tensors `(batch, positions, dim)`) with `layer_weights` `w` (by
     default the plain average) and `c_i` is `word_weights` `(batch, positions)` (by default 1: the mean). A row
-    without words gives zeros. With `common_component` `u` `(dim,)`, each `v` becomes `v - (v . u) u` for `u`
-    normalised: orthogonal to `u`, as Arora et al. (2017) remove the first singular vector of a corpus's sentence
-    vectors, which most of them share and which says little about any one.
+    without words gives zeros.
+
+    Then, where given, what a reference text's sentence vectors share is taken out: `reference_mean` `m` `(dim,)` is
+    subtracted (`v - m`), and each direction of `common_component`, `(dim,)` or `(k, dim)`, is projected out (its
+    rows orthonormalised: `v - U^T U v`). One direction without the mean is Arora et al.'s (2017) common component,
+    the first singular vector of a corpus's sentence vectors; the mean and the first `k` principal directions are Mu
+    and Viswanath's (2018) "all-but-the-top" (`sentence_weighting.reference_directions` estimates both).
     """
     reference = layers[0]
+    dim = reference.shape[-1]
     weights = torch.full((len(layers),), 1.0 / len(layers)) if layer_weights is None else layer_weights
     weights = torch.as_tensor(weights, dtype=reference.dtype, device=reference.device)
     if weights.shape != (len(layers),):
@@ -891,16 +901,25 @@ def sentence_vectors(
         per_word = per_word * word_weights.to(reference.device, reference.dtype)
     mixed = sum(weight * layer for weight, layer in zip(weights, layers))
     vectors = (mixed * per_word.unsqueeze(-1)).sum(dim=1) / words.sum(dim=1, keepdim=True).clamp(min=1)
+    if reference_mean is not None:
+        mean = torch.as_tensor(reference_mean, dtype=reference.dtype, device=reference.device)
+        if mean.shape != (dim,):
+            raise ValueError(f"reference_mean must be a vector of {dim} values, got shape {tuple(mean.shape)}")
+        vectors = vectors - mean
     if common_component is None:
         return vectors
-    component = torch.as_tensor(common_component, dtype=reference.dtype, device=reference.device)
-    if component.shape != (reference.shape[-1],) or not bool(component.any()):
+    given = torch.as_tensor(common_component, dtype=reference.dtype, device=reference.device)
+    directions = given.unsqueeze(0) if given.dim() == 1 else given
+    if directions.dim() != 2 or directions.shape[1] != dim or not 0 < len(directions) <= dim:
         raise ValueError(
-            f"common_component must be a non-zero vector of {reference.shape[-1]} values, got shape "
-            f"{tuple(component.shape)}"
+            f"common_component must be {dim} values or (k, {dim}) with 1 <= k <= {dim}, got shape {tuple(given.shape)}"
         )
-    component = component / component.norm()
-    return vectors - (vectors @ component).unsqueeze(-1) * component
+    # Orthonormal rows spanning the same directions: R's diagonal is zero where a row depends on those before it.
+    basis, triangle = torch.linalg.qr(directions.T.to(torch.float64))
+    if bool((triangle.diagonal().abs() <= 1e-6 * directions.norm(dim=1).max()).any()):
+        raise ValueError("common_component's directions must be non-zero and linearly independent")
+    basis = basis.T.to(reference.dtype)
+    return vectors - (vectors @ basis.T) @ basis
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:

@@ -25,8 +25,8 @@ class ElmoSentenceEncoder(InputModule):
     each word its SIF weight `a / (a + p(w))` (`sentence_weighting.WordCounts.sif_weights`); `forward` sets
     `features["sentence_embedding"]` to [`ElmoModel.sentence_embedding`] of those, `(batch, 2 * projection_dim)`: the
     weighted mean over each text's words (not `<S>`, `</S>` or padding) of `sum_j w_j h_j`, the plain average of the
-    `n_layers + 1` layers unless `layer_weights` gives `w`, less `common_component` where one is given. A folder
-    without `word_counts.json` (or `sif_a=None`) gives the plain mean, TF-Hub ELMo's "default" output.
+    `n_layers + 1` layers unless `layer_weights` gives `w`, less `reference_mean` and `common_component` where given.
+    A folder without `word_counts.json` (or `sif_a=None`) gives the plain mean, TF-Hub ELMo's "default" output.
 
     Args:
         model (`ElmoModel`): the biLM.
@@ -36,15 +36,18 @@ class ElmoSentenceEncoder(InputModule):
             `max_length`); all when `None`.
         sif_a (`float`, *optional*): SIF's `a`, by default `sentence_transformers_files.SIF_A`; `None` weighs every
             word alike even with word counts.
-        common_component (`list[float]`, *optional*): `2 * projection_dim` values, a direction removed from every
-            vector (estimated on a reference text with `sentence_weighting.common_component`).
+        common_component (`list[float]` or `list[list[float]]`, *optional*): one direction (`2 * projection_dim`
+            values) or `k` of them, projected out of every vector (estimated on a reference text with
+            `sentence_weighting.common_component` or `reference_directions`).
+        reference_mean (`list[float]`, *optional*): `2 * projection_dim` values subtracted from every vector first,
+            the mean sentence vector of the reference text (`sentence_weighting.reference_directions`).
         word_counts (`WordCounts`, *optional*): the counts of the tokenizer's word vocabulary in the biLM's
             pre-training text (`WordCounts.from_pretrained(folder)`; `load` reads them from the folder). Without
             them every word weighs alike.
     """
 
     config_file_name = ENCODER_CONFIG_FILE
-    config_keys = ["layer_weights", "max_seq_length", "sif_a", "common_component"]
+    config_keys = ["layer_weights", "max_seq_length", "sif_a", "common_component", "reference_mean"]
 
     def __init__(
         self,
@@ -53,7 +56,8 @@ class ElmoSentenceEncoder(InputModule):
         layer_weights: list[float] | None = None,
         max_seq_length: int | None = None,
         sif_a: float | None = SIF_A,
-        common_component: list[float] | None = None,
+        common_component: list[float] | list[list[float]] | None = None,
+        reference_mean: list[float] | None = None,
         word_counts: WordCounts | None = None,
     ):
         super().__init__()
@@ -70,9 +74,16 @@ class ElmoSentenceEncoder(InputModule):
             raise ValueError(f"layer_weights needs {layers} values, one per layer, got {len(layer_weights)}")
         if sif_a is not None and not sif_a > 0:
             raise ValueError(f"sif_a must be a number > 0 (or None for equal weights), got {sif_a!r}")
-        if common_component is not None and len(common_component) != config.hidden_size:
+        directions = [] if common_component is None else common_component
+        directions = directions if directions and isinstance(directions[0], (list, tuple)) else [directions]
+        if common_component is not None and any(len(direction) != config.hidden_size for direction in directions):
             raise ValueError(
-                f"common_component needs {config.hidden_size} values (2 * projection_dim), got {len(common_component)}"
+                f"common_component needs {config.hidden_size} values (2 * projection_dim) per direction, got "
+                f"{sorted({len(direction) for direction in directions})}"
+            )
+        if reference_mean is not None and len(reference_mean) != config.hidden_size:
+            raise ValueError(
+                f"reference_mean needs {config.hidden_size} values (2 * projection_dim), got {len(reference_mean)}"
             )
         if word_counts is not None and len(word_counts) != tokenizer.word_vocab_size:
             raise ValueError(
@@ -84,7 +95,10 @@ class ElmoSentenceEncoder(InputModule):
         self.layer_weights = None if layer_weights is None else [float(weight) for weight in layer_weights]
         self.max_seq_length = max_seq_length
         self.sif_a = sif_a
-        self.common_component = None if common_component is None else [float(value) for value in common_component]
+        self.common_component = (
+            None if common_component is None else torch.tensor(common_component, dtype=torch.float64).tolist()
+        )
+        self.reference_mean = None if reference_mean is None else [float(value) for value in reference_mean]
         self.word_counts = word_counts
 
     def preprocess(self, inputs: Sequence[str], prompt: str | None = None, **kwargs) -> dict[str, torch.Tensor]:
@@ -123,6 +137,7 @@ class ElmoSentenceEncoder(InputModule):
             word_input_ids=features.get("word_input_ids"),
             word_weights=features.get("word_weights"),
             common_component=self.common_component,
+            reference_mean=self.reference_mean,
         )
         return features
 

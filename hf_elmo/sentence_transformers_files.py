@@ -20,8 +20,15 @@ SENTENCE_TRANSFORMERS_FILES = {
     # One module, saved in the folder's root: it reads the config, weights and tokenizer files already there.
     MODULES_FILE: [{"idx": 0, "name": "0", "path": "", "type": ENCODER_CLASS}],
     # The module's defaults: the plain average of the layers (as `sentence_embedding` takes), no truncation, SIF
-    # weights where the folder has word counts, no common component.
-    ENCODER_CONFIG_FILE: {"layer_weights": None, "max_seq_length": None, "sif_a": SIF_A, "common_component": None},
+    # weights where the folder has word counts, no reference statistics (they are a text's: bundle.py's
+    # --sentence-reference-text estimates them for a shipped folder).
+    ENCODER_CONFIG_FILE: {
+        "layer_weights": None,
+        "max_seq_length": None,
+        "sif_a": SIF_A,
+        "common_component": None,
+        "reference_mean": None,
+    },
     # ELMo's vectors are not normalised: cosine, as hf_elmo's examples compare them.
     MODEL_CONFIG_FILE: {"model_type": "SentenceTransformer", "similarity_fn_name": "cosine"},
 }

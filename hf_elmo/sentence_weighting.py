@@ -9,7 +9,11 @@ pre-trained on, counted with the word vocabulary of its folder and saved beside 
 never seen, `p(w) = 0`, weight 1.
 
 The common component (Arora et al.'s second step) is the first singular vector of the sentence vectors of a text,
-a direction they all share ([`common_component`]); `ElmoModel.sentence_embedding` removes one it is given.
+a direction they all share ([`common_component`]). "All-but-the-top" (Mu and Viswanath, "All-but-the-Top: Simple and
+Effective Postprocessing for Word Representations", 2018) goes further: it subtracts the mean vector of a text and
+projects out its first few principal directions ([`reference_directions`]), the few directions along which most
+vectors of any sentence vary alike. `ElmoModel.sentence_embedding` removes what it is given; estimate either on a
+reference text, never on the sentences to be compared, so that a vector depends on its sentence alone.
 """
 
 import json
@@ -126,3 +130,22 @@ def common_component(vectors: torch.Tensor) -> torch.Tensor:
     if (matrix @ component).sum() < 0:
         component = -component
     return component.to(vectors.dtype)
+
+
+def reference_directions(vectors: torch.Tensor, count: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """
+    The mean `(dim,)` of `vectors` `(n, dim)`, the sentence vectors of a reference text, and its first `count`
+    principal directions `(count, dim)` (orthonormal rows: the right singular vectors of the centred vectors, each
+    signed so that its largest entry is positive, the same on every run): `sentence_embedding`'s `reference_mean` and
+    `common_component` for all-but-the-top.
+    """
+    if vectors.dim() != 2 or len(vectors) < 2:
+        raise ValueError(f"vectors must be (n, dim) with n >= 2, got shape {tuple(vectors.shape)}")
+    if not isinstance(count, int) or not 1 <= count <= min(vectors.shape):
+        raise ValueError(f"count must be a whole number from 1 to {min(vectors.shape)}, got {count!r}")
+    matrix = vectors.detach().to(torch.float64)
+    mean = matrix.mean(dim=0)
+    directions = torch.linalg.svd(matrix - mean, full_matrices=False).Vh[:count]
+    largest = directions.gather(1, directions.abs().argmax(dim=1, keepdim=True))
+    directions = directions * largest.sign()
+    return mean.to(vectors.dtype), directions.to(vectors.dtype)

@@ -58,11 +58,29 @@ def test_sentence_embedding_weighs_words_and_removes_a_common_component(tiny_mod
     ):
         tiny_model.sentence_embedding(**batch, word_weights=weights[:, :6])
     with pytest.raises(
-        ValueError, match=r"^common_component must be a non-zero vector of 16 values, got shape \(8,\)$"
+        ValueError, match=r"^common_component must be 16 values or \(k, 16\) with 1 <= k <= 16, got shape \(8,\)$"
     ):
         tiny_model.sentence_embedding(**batch, common_component=component[:8])
-    with pytest.raises(ValueError, match="non-zero vector"):
+    with pytest.raises(ValueError, match="^common_component's directions must be non-zero and linearly independent$"):
         tiny_model.sentence_embedding(**batch, common_component=torch.zeros(16))
+    with pytest.raises(ValueError, match="linearly independent"):
+        tiny_model.sentence_embedding(**batch, common_component=torch.stack([component, 2 * component]))
+    with pytest.raises(ValueError, match=r"^reference_mean must be a vector of 16 values, got shape \(3,\)$"):
+        tiny_model.sentence_embedding(**batch, reference_mean=[0.0, 1.0, 2.0])
+
+
+def test_sentence_embedding_takes_out_a_reference_mean_and_several_directions(tiny_model, tiny_tokenizer):
+    batch = tiny_tokenizer(["a cat sat", "two dogs bark loudly", "x"], padding=True, return_tensors="pt")
+    torch.manual_seed(0)
+    mean = torch.randn(tiny_model.config.hidden_size)
+    directions = torch.randn(3, tiny_model.config.hidden_size)  # not orthonormal: the span is what is removed
+    with torch.no_grad():
+        plain = tiny_model.sentence_embedding(**batch)
+        removed = tiny_model.sentence_embedding(**batch, common_component=directions, reference_mean=mean.tolist())
+    basis = torch.linalg.qr(directions.T).Q  # (16, 3), orthonormal columns spanning the directions
+    centred = plain - mean
+    torch.testing.assert_close(removed, centred - (centred @ basis) @ basis.T, atol=FLOAT32_TOLERANCE, rtol=0)
+    torch.testing.assert_close(removed @ directions.T, torch.zeros(3, 3), atol=1e-4, rtol=0)
 
 
 def test_feature_extraction_pipeline_on_saved_folder(tmp_path, tiny_model, tiny_tokenizer):

@@ -14,7 +14,7 @@ from hf_elmo.conversion_original import convert_original
 from hf_elmo.pretraining import build_word_vocab
 from hf_elmo.pretraining import main as pretraining_main
 from hf_elmo.sentence_transformers_files import ENCODER_CLASS, SIF_A
-from hf_elmo.sentence_weighting import WORD_COUNTS_FILE, WordCounts, common_component
+from hf_elmo.sentence_weighting import WORD_COUNTS_FILE, WordCounts, common_component, reference_directions
 
 pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
@@ -171,7 +171,13 @@ def test_layer_weights_and_max_seq_length_apply_and_survive_save(tmp_path, tiny_
     torch.testing.assert_close(model.encode(TEXTS, convert_to_tensor=True), reference, atol=FLOAT32_TOLERANCE, rtol=0)
     model.save(str(tmp_path / "saved"))
     config = json.loads((tmp_path / "saved" / "sentence_bert_config.json").read_text())
-    assert config == {"layer_weights": [0.0, 0.0, 1.0], "max_seq_length": 4, "sif_a": SIF_A, "common_component": None}
+    assert config == {
+        "layer_weights": [0.0, 0.0, 1.0],
+        "max_seq_length": 4,
+        "sif_a": SIF_A,
+        "common_component": None,
+        "reference_mean": None,
+    }
     reloaded = load(tmp_path / "saved")
     assert reloaded.max_seq_length == 4
     torch.testing.assert_close(
@@ -217,6 +223,24 @@ def test_a_saved_common_component_is_removed_from_every_vector(counted_folder, t
     vectors = load(tmp_path / "saved").encode(TEXTS, convert_to_tensor=True)
     torch.testing.assert_close(vectors @ component, torch.zeros(len(TEXTS)), atol=FLOAT32_TOLERANCE, rtol=0)
     torch.testing.assert_close(vectors, without - (without @ component)[:, None] * component, atol=1e-5, rtol=0)
+
+
+def test_saved_reference_statistics_take_out_the_mean_and_the_top_directions(counted_folder, tmp_path):
+    """All-but-the-top: the mean and two principal directions of a reference text, saved and reloaded, give each
+    vector less the mean, then less its projections on the directions."""
+    model = load(counted_folder)
+    without = model.encode(TEXTS, convert_to_tensor=True)
+    reference = model.encode(["the mat", "a cat sat", "seven dogs", "one two", "the cat"], convert_to_tensor=True)
+    mean, directions = reference_directions(reference, 2)
+    model[0].reference_mean, model[0].common_component = mean.tolist(), directions.tolist()
+    model.save(str(tmp_path / "saved"))
+    saved = json.loads((tmp_path / "saved" / "sentence_bert_config.json").read_text())
+    assert (saved["reference_mean"], saved["common_component"]) == (mean.tolist(), directions.tolist())
+    vectors = load(tmp_path / "saved").encode(TEXTS, convert_to_tensor=True)
+    centred = without - mean
+    expected = centred - (centred @ directions.T) @ directions
+    torch.testing.assert_close(vectors, expected, atol=FLOAT32_TOLERANCE, rtol=0)
+    torch.testing.assert_close(vectors @ directions.T, torch.zeros(len(TEXTS), 2), atol=FLOAT32_TOLERANCE, rtol=0)
 
 
 def test_converted_and_pre_training_folders_load(tmp_path):
@@ -298,8 +322,12 @@ def test_bad_input_gets_one_line(tiny_folder, tiny_model, tiny_tokenizer):
         ElmoSentenceEncoder(tiny_model, ElmoTokenizer())
     with pytest.raises(ValueError, match=r"^sif_a must be a number > 0 \(or None for equal weights\), got 0$"):
         ElmoSentenceEncoder(tiny_model, tiny_tokenizer, sif_a=0)
-    with pytest.raises(ValueError, match=r"^common_component needs 16 values \(2 \* projection_dim\), got 3$"):
+    with pytest.raises(ValueError, match=r"^common_component needs 16 values \(2 \* projection_dim\) .* got \[3\]$"):
         ElmoSentenceEncoder(tiny_model, tiny_tokenizer, common_component=[1.0, 0.0, 0.0])
+    with pytest.raises(ValueError, match=r"^common_component needs 16 .* per direction, got \[3, 16\]$"):
+        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, common_component=[[1.0] * 16, [1.0, 0.0, 0.0]])
+    with pytest.raises(ValueError, match=r"^reference_mean needs 16 values \(2 \* projection_dim\), got 2$"):
+        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, reference_mean=[1.0, 0.0])
     with pytest.raises(
         ValueError, match=r"^the word counts are of 4 words, the tokenizer's word vocabulary holds None"
     ):

@@ -10,7 +10,7 @@ from conftest import FLOAT32_TOLERANCE
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.pretraining import build_word_vocab
-from hf_elmo.sentence_weighting import WORD_COUNTS_FILE, WordCounts, common_component
+from hf_elmo.sentence_weighting import WORD_COUNTS_FILE, WordCounts, common_component, reference_directions
 
 TEXT = ["the cat sat on the mat", "the dog sat", "a cat, a dog and the bird!"]
 
@@ -82,6 +82,28 @@ def test_common_component_is_the_first_singular_vector_signed_by_the_vectors():
     torch.testing.assert_close(common_component(-vectors), -component, atol=FLOAT32_TOLERANCE, rtol=0)
     with pytest.raises(ValueError, match=r"\(n, dim\) with n >= 2"):
         common_component(vectors[:1])
+
+
+def test_reference_directions_are_the_mean_and_the_principal_directions_of_the_centred_vectors():
+    torch.manual_seed(0)
+    offset = 3 * torch.randn(6)
+    spread = torch.tensor([4.0, 2.0, 0.5, 0.1, 0.1, 0.1])  # variance along each axis of a random rotation
+    rotation = torch.linalg.qr(torch.randn(6, 6)).Q
+    vectors = offset + (torch.randn(400, 6) * spread) @ rotation.T
+    mean, directions = reference_directions(vectors, 2)
+    torch.testing.assert_close(mean, vectors.mean(dim=0), atol=FLOAT32_TOLERANCE, rtol=0)
+    assert directions.shape == (2, 6)
+    torch.testing.assert_close(directions @ directions.T, torch.eye(2), atol=FLOAT32_TOLERANCE, rtol=0)
+    # The two axes of largest spread, in order, whatever the offset; each signed by its largest entry.
+    assert (directions @ rotation[:, :2]).diagonal().abs().min() > 0.99
+    assert (directions.gather(1, directions.abs().argmax(dim=1, keepdim=True)) > 0).all()
+    again_mean, again = reference_directions(-vectors, 2)
+    torch.testing.assert_close(again, directions, atol=FLOAT32_TOLERANCE, rtol=0)
+    torch.testing.assert_close(again_mean, -mean, atol=FLOAT32_TOLERANCE, rtol=0)
+    with pytest.raises(ValueError, match=r"count must be a whole number from 1 to 6, got 7"):
+        reference_directions(vectors, 7)
+    with pytest.raises(ValueError, match=r"\(n, dim\) with n >= 2"):
+        reference_directions(vectors[:1], 1)
 
 
 def test_sif_sentence_vectors_of_a_tiny_model_are_the_hand_computation(counted_tokenizer, tiny_model):
