@@ -448,7 +448,7 @@ def test_korsts_eval_scores_hf_elmos_sentence_vectors_for_each_variant(tmp_path)
     from scipy.stats import spearmanr
 
     from hf_elmo.pretraining import build_word_vocab
-    from hf_elmo.sentence_weighting import WordCounts
+    from hf_elmo.sentence_weighting import WordCounts, reference_directions
 
     sys.path.insert(0, str(ROOT / "examples" / "nsmc"))
     try:
@@ -482,25 +482,36 @@ def test_korsts_eval_scores_hf_elmos_sentence_vectors_for_each_variant(tmp_path)
             "--reference-text",
             str(tmp_path / "text.txt"),
         ]
-        + ["--a", "1e-2", "1e-4"]
+        + ["--a", "1e-2", "1e-4", "--directions", "2"]
     )
+    removals = ("none", "reference text's", "reference text's mean and 2 directions", "KorSTS's own (diagnostic)")
     assert set(table) == {
-        (layers, component)
+        (layers, removed)
         for layers in ("layer 0", "layer 1", "layer 2", "average (default)", "layers 0 and 1")
-        for component in ("none", "reference text's", "KorSTS's own (diagnostic)")
+        for removed in removals
     } | {"char 1-4-gram TF-IDF"}
     assert all(len(scores) == 3 for key, scores in table.items() if key != "char 1-4-gram TF-IDF")
 
-    def default_vectors(sentences, a=None):
+    def default_vectors(sentences, a=None, **removed):
         batch = tokenizer(sentences, padding=True, return_word_labels=True, return_tensors="pt")
         labels = batch.pop("labels")
+        weights = None if a is None else counts.sif_weights(labels, a)
         with torch.no_grad():
-            return model.sentence_embedding(**batch, word_weights=None if a is None else counts.sif_weights(labels, a))
+            return model.sentence_embedding(**batch, word_weights=weights, **removed)
 
     for column, a in enumerate([None, 1e-2, 1e-4]):
         cosines = torch.nn.functional.cosine_similarity(default_vectors(first, a), default_vectors(second, a))
         expected = 100 * spearmanr(cosines.numpy(), gold).statistic
         assert table[("average (default)", "none")][column] == pytest.approx(expected, abs=1e-4)
+    # All-but-the-top: the reference text's mean and first 2 principal directions of the same vectors, taken out.
+    mean, directions = reference_directions(default_vectors(texts, 1e-4), 2)
+    removed = {"common_component": directions, "reference_mean": mean}
+    cosines = torch.nn.functional.cosine_similarity(
+        default_vectors(first, 1e-4, **removed), default_vectors(second, 1e-4, **removed)
+    )
+    expected = 100 * spearmanr(cosines.numpy(), gold).statistic
+    scores = table[("average (default)", "reference text's mean and 2 directions")]
+    assert scores[2] == pytest.approx(expected, abs=1e-3)
 
 
 def test_nsmc_frozen_features_probe(base_model, tmp_path):

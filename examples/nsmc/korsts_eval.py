@@ -10,9 +10,11 @@ own, `modeling_elmo.sentence_vectors` (what `ElmoModel.sentence_embedding` retur
 - layers: each alone, the average of all (the default), the average of layers 0 and 1;
 - word weights: the plain mean, and SIF's `a / (a + p(w))` for each `--a`, `p(w)` from the folder's
   `word_counts.json` (`sentence_weighting.WordCounts`; without it, the plain mean alone);
-- common component: none; the first singular vector of the same vectors of `--reference-text` (text the model could
-  ship it from), removed; and, as a diagnostic only, the one of KorSTS's own sentences (Arora et al.'s setting,
-  which makes a vector depend on the sentences compared: never saved with a model).
+- what a reference text's vectors share, taken out: nothing; the first singular vector of the same vectors of
+  `--reference-text` (text the model could ship it from: Arora et al.'s common component), removed; that text's mean
+  vector and its first `k` principal directions for each `--directions` (Mu and Viswanath's all-but-the-top,
+  `sentence_weighting.reference_directions`); and, as a diagnostic only, the common component of KorSTS's own
+  sentences (Arora et al.'s setting, which makes a vector depend on the sentences compared: never saved with a model).
 
 Also printed: the share of KorSTS's words outside the word vocabulary, and the char 1-4-gram TF-IDF baseline of the
 data's README (scikit-learn, the `training` extra). KorSTS is for measuring only: nothing here trains on it.
@@ -27,7 +29,7 @@ from scipy.stats import spearmanr
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.modeling_elmo import sentence_vectors, valid_positions, word_positions
-from hf_elmo.sentence_weighting import WordCounts, common_component
+from hf_elmo.sentence_weighting import WordCounts, common_component, reference_directions
 
 KORSTS = Path(__file__).resolve().parents[3] / "shared" / "data" / "korsts" / "sts-dev.tsv"
 
@@ -59,7 +61,9 @@ def encoded_batches(model: ElmoModel, tokenizer: ElmoTokenizer, texts: list[str]
     return batches
 
 
-def vectors_of(batches, counts: WordCounts | None, layer_weights, a: float | None, component=None) -> torch.Tensor:
+def vectors_of(
+    batches, counts: WordCounts | None, layer_weights, a: float | None, component=None, mean=None
+) -> torch.Tensor:
     """The sentence vectors `(texts, hidden_size)` of one variant over `encoded_batches`."""
     return torch.cat(
         [
@@ -69,6 +73,7 @@ def vectors_of(batches, counts: WordCounts | None, layer_weights, a: float | Non
                 layer_weights,
                 None if a is None else counts.sif_weights(labels, a),
                 component,
+                mean,
             )
             for layers, words, labels in batches
         ]
@@ -87,6 +92,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--reference-text", required=True, help="one sentence a line: the common component's text")
     parser.add_argument("--reference-lines", type=int, default=2000, help="lines of --reference-text used")
     parser.add_argument("--a", type=float, nargs="+", default=[1e-3, 1e-4, 1e-5, 1e-6], help="SIF's a values")
+    parser.add_argument(
+        "--directions", type=int, nargs="+", default=[5, 10, 20, 40], help="k values of all-but-the-top"
+    )
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
@@ -106,23 +114,30 @@ def main(argv: list[str] | None = None) -> dict:
     weightings = [None] + (args.a if counted else [])
 
     columns = ["plain mean"] + [f"SIF a={a:g}" for a in weightings[1:]]
-    print(f"| layers | common component removed | {' | '.join(columns)} |")
+    print(f"| layers | taken out | {' | '.join(columns)} |")
     print("| --- | --- |" + " ---: |" * len(columns))
     table = {}
     for layer_name, layer_weights in layer_choices.items():
-        rows = {"none": [], "reference text's": [], "KorSTS's own (diagnostic)": []}
+        rows = {"none": [], "reference text's": []}
+        rows |= {f"reference text's mean and {k} directions": [] for k in args.directions}
+        rows["KorSTS's own (diagnostic)"] = []
         for a in weightings:
             vectors = {name: vectors_of(encoded, counts, layer_weights, a) for name, encoded in batches.items()}
-            rows["none"].append(spearman(vectors["first"], vectors["second"], gold))
-            components = {
-                "reference text's": common_component(vectors["reference"]),
-                "KorSTS's own (diagnostic)": common_component(torch.cat([vectors["first"], vectors["second"]])),
+            compared = torch.cat([vectors["first"], vectors["second"]])
+            removed = {  # row -> (common_component, reference_mean)
+                "none": (None, None),
+                "reference text's": (common_component(vectors["reference"]), None),
+                "KorSTS's own (diagnostic)": (common_component(compared), None),
             }
-            for row, component in components.items():
-                removed = [
-                    vectors_of(batches[name], counts, layer_weights, a, component) for name in ("first", "second")
-                ]
-                rows[row].append(spearman(*removed, gold))
+            for k in args.directions:
+                mean, directions = reference_directions(vectors["reference"], k)
+                removed[f"reference text's mean and {k} directions"] = (directions, mean)
+            for row, (component, mean) in removed.items():
+                first_vectors, second_vectors = (
+                    vectors_of(batches[side], counts, layer_weights, a, component, mean)
+                    for side in ("first", "second")
+                )
+                rows[row].append(spearman(first_vectors, second_vectors, gold))
         for row, scores in rows.items():
             table[(layer_name, row)] = scores
             print(f"| {layer_name} | {row} | {' | '.join(f'{score:.1f}' for score in scores)} |", flush=True)
