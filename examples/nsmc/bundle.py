@@ -11,6 +11,10 @@ registers, so it needs no re-bundling when the code changes (a copy saved from i
 in float16 (half the size) while `config.dtype` stays float32, so `from_pretrained` computes in float32. The card is
 `examples/nsmc/cards/NAME.md`, written as `README.md`. The word counts (`word_counts.json`, the SIF weights of the
 sentence vectors) are those of `--model`, or the words of `--count-text` counted with the folder's word vocabulary.
+The sentence-transformers settings (`sentence_bert_config.json`) are those of `--model`, or, with
+`--sentence-reference-text`, the stored model's: the layer weights and SIF `a` given, and the mean and first
+`--sentence-directions` principal directions of that text's sentence vectors (all-but-the-top, taken out of every
+vector; `sentence_weighting.reference_directions`).
 The stored model is checked against the float32 original: on `--check-text` lines, the cosine similarity of every
 layer's vectors; on `--check-csv`, the classifier's accuracy both ways. The folder is written beside its final place
 and renamed, so it is complete or absent.
@@ -28,7 +32,8 @@ import torch
 import hf_elmo
 from hf_elmo import ElmoTokenizer
 from hf_elmo.model_card import write_model_card
-from hf_elmo.sentence_weighting import WordCounts
+from hf_elmo.sentence_transformers_files import ENCODER_CONFIG_FILE, SIF_A
+from hf_elmo.sentence_weighting import WordCounts, reference_directions
 
 BUNDLED_DIR = Path(hf_elmo.__file__).resolve().parent / "bundled"
 CARDS_DIR = Path(__file__).resolve().parent / "cards"
@@ -78,6 +83,26 @@ def accuracy(model, tokenizer, path: str, names: dict[str, str]) -> float:
     return correct / len(rows)
 
 
+@torch.inference_mode()
+def sentence_settings(model, tokenizer, counts: WordCounts, texts: list[str], args) -> dict:
+    """`sentence_bert_config.json` with the reference statistics of `texts`, their sentence vectors made as the
+    sentence-transformers module makes them (SIF weights of `counts`, no truncation) before anything is taken out."""
+    vectors = []
+    for start in range(0, len(texts), 64):
+        batch = tokenizer(texts[start : start + 64], padding=True, return_word_labels=True, return_tensors="pt")
+        weights = counts.sif_weights(batch.pop("labels"), args.sentence_sif_a)
+        layer_weights = args.sentence_layer_weights
+        vectors.append(model.sentence_embedding(**batch, layer_weights=layer_weights, word_weights=weights))
+    mean, directions = reference_directions(torch.cat(vectors).double(), args.sentence_directions)
+    return {
+        "layer_weights": args.sentence_layer_weights,
+        "max_seq_length": None,
+        "sif_a": args.sentence_sif_a,
+        "common_component": directions.tolist(),
+        "reference_mean": mean.tolist(),
+    }
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="the training output folder")
@@ -96,6 +121,13 @@ def main(argv: list[str] | None = None) -> dict:
         nargs="+",
         help="the biLM's pre-training text: word_counts.json from its words (default: the --model folder's, if any)",
     )
+    parser.add_argument(
+        "--sentence-reference-text", help="text file, one sentence per line: the reference statistics of the vectors"
+    )
+    parser.add_argument("--sentence-reference-lines", type=int, default=2000, help="lines of it used")
+    parser.add_argument("--sentence-directions", type=int, default=20, help="principal directions taken out")
+    parser.add_argument("--sentence-layer-weights", type=float, nargs="+", help="one per layer (default: the average)")
+    parser.add_argument("--sentence-sif-a", type=float, default=SIF_A, help="SIF's a for the sentence vectors")
     args = parser.parse_args(argv)
 
     original, tokenizer = load(args.model, args.bilm_only)
@@ -119,6 +151,15 @@ def main(argv: list[str] | None = None) -> dict:
         )
         if counts is not None:
             counts.save_pretrained(folder)
+        if args.sentence_reference_text:
+            if counts is None:
+                raise ValueError("--sentence-reference-text needs word counts (--count-text) for the SIF weights")
+            lines = Path(args.sentence_reference_text).read_text(encoding="utf-8").splitlines()
+            lines = lines[: args.sentence_reference_lines]
+            settings = sentence_settings(load(folder)[0], tokenizer, counts, lines, args)
+            (folder / ENCODER_CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
+        elif (Path(args.model) / ENCODER_CONFIG_FILE).is_file():
+            shutil.copyfile(Path(args.model) / ENCODER_CONFIG_FILE, folder / ENCODER_CONFIG_FILE)
         for code_file in folder.glob("*.py"):
             code_file.unlink()
         for name in ("config.json", "tokenizer_config.json"):
