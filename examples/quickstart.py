@@ -2,10 +2,11 @@
 
     python examples/quickstart.py
 
-The biLM `ko-nsmc` was pre-trained on Korean movie reviews (NSMC); `ko-nsmc-sentiment` is a classifier on it. The
-word 배 means belly, boat or pear: the context-free layer 0 (the character CNN) gives a word the same vector
-wherever it stands, the LSTM layers give it one that depends on the sentence. Next step, on a machine online:
-`python examples/convert_original_elmo.py` converts the original English ELMo.
+The biLM `ko-nsmc` was pre-trained on Korean movie reviews (NSMC); `ko-nsmc-sentiment` is a sentiment classifier.
+The word 배 means belly, boat or pear: the context-free layer 0 (the character CNN) gives a unit the same vector
+wherever it stands, the LSTM layers give it one that depends on the sentence. ko-nsmc's units are morphemes, so 배
+is a unit of its own, its particle (가, 를) the next one: only the context can tell the senses apart. Next step, on a
+machine online: `python examples/convert_original_elmo.py` converts the original English ELMo.
 """
 
 import torch
@@ -35,8 +36,10 @@ def main() -> None:
     batch = tokenizer([text for text, _ in SENTENCES], padding=True, return_tensors="pt")
     with torch.inference_mode():
         layers = model(**batch, output_hidden_states=True).hidden_states  # n_layers + 1 of (batch, positions, dim)
-    # The first word of each sentence is the one holding 배 (position 1, after <S>).
-    print(f"ko-nsmc: {len(layers)} layers of {layers[0].shape[-1]} dimensions; the word holding 배 in:")
+    # The first unit of each sentence holds 배 (position 1, after <S>).
+    units = tokenizer.split_words(SENTENCES[0][0])
+    print(f"ko-nsmc: {len(layers)} layers of {layers[0].shape[-1]} dimensions; units of [0]: {' / '.join(units)}")
+    print(f"the unit {units[0]} in:")
     for index, (text, sense) in enumerate(SENTENCES):
         print(f"  [{index}] {text}  ({sense})")
     for number, layer in enumerate(layers):
@@ -47,6 +50,11 @@ def main() -> None:
         print("      " + "".join(f"{f'[{j}]':>7}" for j in range(len(SENTENCES))))
         for i, row in enumerate(similarity.tolist()):
             print(f"  [{i}] " + "".join(f"{value:7.3f}" for value in row))
+        cross = similarity[:2, 2:]
+        print(
+            f"belly pair {similarity[0, 1]:.3f}, boat vs pear {similarity[2, 3]:.3f}, "
+            f"belly vs boat or pear {cross.min():.3f} to {cross.max():.3f}"
+        )
     print("(the first word's forward half has read only <S> and that word: the contexts differ in the backward half)")
 
     classifier = pipeline("text-classification", model=bundled_model_path("ko-nsmc-sentiment"))

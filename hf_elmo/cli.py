@@ -120,6 +120,13 @@ def prepare_embedding(args, processes: Processes) -> tuple:
     device = processes.device(args.device)
     check_device(device)
     model, tokenizer = load_model(args.model, DTYPES[args.dtype], device, args.cpu_matmul)
+    if tokenizer.pre_tokenizer == "korean_morphemes" and not args.pretokenize:
+        # Split on whitespace, a line's words would reach the biLM as units it never read in pre-training (배를, not
+        # 배 and 를).
+        raise CliError(
+            f"{args.model} reads Korean morphemes (pre_tokenizer korean_morphemes), not whitespace words: pass "
+            "--pretokenize (one vector per morpheme)"
+        )
     layers = "all" if args.all else "top" if args.top else "average" if args.average else _mix_weights(args.mix, model)
     options = {
         "layers": layers,

@@ -141,8 +141,8 @@ def test_bilm_loads_in_float32_with_own_and_auto_classes(bilm, tokenizer):
     with torch.inference_mode():
         first = bilm(**batch, output_hidden_states=True)
         second = auto(**batch, output_hidden_states=True)
-    words = max(len(sentence.split()) for sentence in SENTENCES)
-    assert first.last_hidden_state.shape == (3, words + 2, 2 * bilm.config.projection_dim)
+    units = max(len(tokenizer.split_words(sentence)) for sentence in SENTENCES)  # morphemes: more than the words
+    assert first.last_hidden_state.shape == (3, units + 2, 2 * bilm.config.projection_dim)
     assert len(first.hidden_states) == bilm.config.n_layers + 1
     torch.testing.assert_close(second.last_hidden_state, first.last_hidden_state, atol=0, rtol=0)
 
@@ -175,16 +175,24 @@ def test_classifier_predicts_clear_reviews_with_own_auto_and_pipeline():
     assert [result["label"] for result in classifier(list(REVIEWS))] == list(REVIEWS.values())
 
 
-def test_embed_accepts_a_bundled_name(bilm, tokenizer, tmp_path, monkeypatch):
+def test_embed_accepts_a_bundled_name(bilm, tokenizer, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no local folder named ko-nsmc: the name means the bundled model
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
-    assert cli_main(["embed", "ko-nsmc", "in.txt", "out.h5", "--top"]) == 0
+    assert cli_main(["embed", "ko-nsmc", "in.txt", "out.h5", "--top", "--pretokenize"]) == 0
     with h5py.File(tmp_path / "out.h5", "r") as handle, torch.inference_mode():
         for index, sentence in enumerate(SENTENCES):
             expected = bilm(**tokenizer([sentence], return_tensors="pt")).last_hidden_state[0, 1:-1]
             torch.testing.assert_close(
                 torch.from_numpy(handle[str(index)][()]), expected, atol=FLOAT32_TOLERANCE, rtol=FLOAT32_TOLERANCE
             )
+    # Its units are morphemes: whitespace words would be units it never read.
+    capsys.readouterr()
+    assert cli_main(["embed", "ko-nsmc", "in.txt", "whitespace.h5", "--top"]) == 1
+    assert capsys.readouterr().err == (
+        "hf-elmo: error: ko-nsmc reads Korean morphemes (pre_tokenizer korean_morphemes), not whitespace words: pass "
+        "--pretokenize (one vector per morpheme)\n"
+    )
+    assert not (tmp_path / "whitespace.h5").exists()
 
 
 def test_resolve_model_name_prefers_a_local_folder_then_a_bundled_model(tmp_path, monkeypatch):

@@ -40,14 +40,33 @@ def load(folder, **kwargs) -> SentenceTransformer:
 
 
 def own_sentence_embedding(
-    model: ElmoModel, tokenizer: ElmoTokenizer, texts, word_counts: WordCounts | None = None, **encoding
+    model: ElmoModel,
+    tokenizer: ElmoTokenizer,
+    texts,
+    word_counts: WordCounts | None = None,
+    sif_a: float = SIF_A,
+    settings: dict | None = None,
+    **encoding,
 ) -> torch.Tensor:
-    """hf_elmo's sentence vectors of `texts`, in one padded batch; each word SIF-weighted (`SIF_A`) by `word_counts`
-    where given, as the module weighs a folder's."""
+    """hf_elmo's sentence vectors of `texts`, in one padded batch; each word SIF-weighted (`sif_a`) by `word_counts`
+    where given, as the module weighs a folder's; `settings`: `sentence_embedding`'s `layer_weights`,
+    `common_component` and `reference_mean`."""
     batch = tokenizer(texts, padding=True, return_word_labels=word_counts is not None, return_tensors="pt", **encoding)
-    weights = None if word_counts is None else word_counts.sif_weights(batch.pop("labels"), SIF_A)
+    weights = None if word_counts is None else word_counts.sif_weights(batch.pop("labels"), sif_a)
     with torch.inference_mode():
-        return model.sentence_embedding(**batch, word_weights=weights)
+        return model.sentence_embedding(**batch, word_weights=weights, **(settings or {}))
+
+
+def module_settings(module: ElmoSentenceEncoder) -> dict:
+    """What the module passes `sentence_embedding` besides the words' weights."""
+    return {
+        "sif_a": module.sif_a,
+        "settings": {
+            "layer_weights": module.layer_weights,
+            "common_component": module.common_component,
+            "reference_mean": module.reference_mean,
+        },
+    }
 
 
 def cosines(vectors: torch.Tensor) -> torch.Tensor:
@@ -134,14 +153,18 @@ def test_texts_are_split_as_the_folders_tokenizer_splits_them(tmp_path, tiny_mod
 
 @pytest.mark.parametrize("batch_size", [1, 3, 32])
 def test_bundled_bilm_encodes_as_sentence_embedding(bundled, batch_size):
-    """The bundled folder has its pre-training text's word counts: its vectors are SIF-weighted."""
+    """The bundled folder has its pre-training text's word counts and a reference text's mean and principal directions
+    (examples/nsmc/bundle.py): its vectors are SIF-weighted, less those."""
     model, bilm, tokenizer, counts = bundled
     assert len(counts) == tokenizer.word_vocab_size
+    module = model[0]
+    assert len(module.reference_mean) == bilm.config.hidden_size
+    assert len(module.common_component) > 1 and len(module.common_component[0]) == bilm.config.hidden_size
     texts = BAE_SENTENCES + ["정말 재미있고 감동적인 영화였어요", "시간 낭비, 돈 아깝다", "지루하고 스토리도 엉망이다"]
     vectors = model.encode(texts, batch_size=batch_size, convert_to_tensor=True)
-    expected = own_sentence_embedding(bilm, tokenizer, texts, counts)
+    expected = own_sentence_embedding(bilm, tokenizer, texts, counts, **module_settings(module))
     torch.testing.assert_close(vectors, expected, atol=FLOAT32_TOLERANCE, rtol=0)
-    assert not torch.allclose(expected, own_sentence_embedding(bilm, tokenizer, texts), atol=1e-3)
+    assert not torch.allclose(expected, own_sentence_embedding(bilm, tokenizer, texts, counts), atol=1e-3)
 
 
 def test_bundled_bae_similarities_are_hf_elmos(bundled):
@@ -150,7 +173,7 @@ def test_bundled_bae_similarities_are_hf_elmos(bundled):
     similarity = model.similarity(vectors, vectors)
     torch.testing.assert_close(
         similarity,
-        cosines(own_sentence_embedding(bilm, tokenizer, BAE_SENTENCES, counts)),
+        cosines(own_sentence_embedding(bilm, tokenizer, BAE_SENTENCES, counts, **module_settings(model[0]))),
         atol=FLOAT32_TOLERANCE,
         rtol=0,
     )
