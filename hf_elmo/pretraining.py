@@ -411,25 +411,27 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         # Loaded before anything is written, so that a model that does not load leaves no output folder behind.
         model, trained_tokenizer = load_pretrained(model_args)
     output_dir = Path(training_args.output_dir)
-    pre_tokenizer = data_args.pre_tokenizer if model is None else trained_tokenizer.pre_tokenizer
+    # The text is split as the tokenizer it trains will split it: a trained model's, the one a resumed run saved, or a
+    # new one with --pre-tokenizer.
+    keep_vocab = training_args.resume and (output_dir / "word_vocab.json").is_file()
+    if model is not None:
+        pre_tokenizer = trained_tokenizer.pre_tokenizer
+    elif keep_vocab:
+        pre_tokenizer = ElmoTokenizer.from_pretrained(output_dir).pre_tokenizer
+    else:
+        pre_tokenizer = data_args.pre_tokenizer
     train_text = SplitText(data_args.train_file, pre_tokenizer, in_memory=not data_args.streaming)
     validation_text = SplitText(data_args.validation_file, pre_tokenizer)
     # The first process builds the vocabulary (kept when resuming) or copies the trained model's, and saves the
     # tokenizer in the output folder; the others read it there. The Trainer is not given the tokenizer: it would align
     # special-token ids with the model config, which a character tokenizer does not have.
     with training_args.main_process_first(desc="word vocabulary"):
-        keep_vocab = training_args.resume and (output_dir / "word_vocab.json").is_file()
         if training_args.process_index == 0 and not keep_vocab:
             if model is None:
                 save_tokenizer(data_args, model_args, train_text, output_dir)
             else:
                 trained_tokenizer.save_pretrained(output_dir)
         tokenizer = ElmoTokenizer.from_pretrained(output_dir)
-        if tokenizer.pre_tokenizer != pre_tokenizer:
-            raise ValueError(
-                f"{output_dir}'s tokenizer splits text with {tokenizer.pre_tokenizer!r}, not --pre-tokenizer "
-                f"{pre_tokenizer!r}: resume with the options of the run that made it"
-            )
         if training_args.process_index == 0 and not keep_vocab:
             # The SIF weights of the folder's sentence vectors (sentence_weighting): the words of the training text.
             WordCounts.of_sentences(tokenizer, train_text).save_pretrained(output_dir)
