@@ -4,8 +4,8 @@
 
 The biLM `ko-nsmc` was pre-trained on Korean movie reviews (NSMC); `ko-nsmc-sentiment` is a sentiment classifier.
 The word 배 means belly, boat or pear: the context-free layer 0 (the character CNN) gives a unit the same vector
-wherever it stands, the LSTM layers give it one that depends on the sentence. ko-nsmc's units are morphemes, so 배
-is a unit of its own, its particle (가, 를) the next one: only the context can tell the senses apart. Next step, on a
+wherever it stands, the LSTM layers give it one that depends on the sentence. ko-nsmc's units are morphemes: 배 is a
+unit of its own, its particle (가, 를) the next one, and the word 배를 is the mean of the two. Next step, on a
 machine online: `python examples/convert_original_elmo.py` converts the original English ELMo.
 """
 
@@ -36,14 +36,15 @@ def main() -> None:
     batch = tokenizer([text for text, _ in SENTENCES], padding=True, return_tensors="pt")
     with torch.inference_mode():
         layers = model(**batch, output_hidden_states=True).hidden_states  # n_layers + 1 of (batch, positions, dim)
-    # The first unit of each sentence holds 배 (position 1, after <S>).
+    # The first word of each sentence holds 배: its vector is the mean of its morphemes (배 and its particle).
+    words, _ = batch.pool_to_words(torch.stack(layers))  # (n_layers + 1, batch, words, dim)
     units = tokenizer.split_words(SENTENCES[0][0])
-    print(f"ko-nsmc: {len(layers)} layers of {layers[0].shape[-1]} dimensions; units of [0]: {' / '.join(units)}")
-    print(f"the unit {units[0]} in:")
+    print(f"ko-nsmc: {len(layers)} layers of {layers[0].shape[-1]} dimensions over morphemes ({' / '.join(units)})")
+    print("the word holding 배 (the mean of its morphemes) in:")
     for index, (text, sense) in enumerate(SENTENCES):
         print(f"  [{index}] {text}  ({sense})")
-    for number, layer in enumerate(layers):
-        vectors = torch.nn.functional.normalize(layer[:, 1], dim=-1)
+    for number, layer in enumerate(words):
+        vectors = torch.nn.functional.normalize(layer[:, 0], dim=-1)
         similarity = vectors @ vectors.T
         kind = "context-free character CNN" if number == 0 else f"LSTM layer {number}, contextual"
         print(f"\ncosine similarity, layer {number} ({kind}):")
@@ -55,7 +56,8 @@ def main() -> None:
             f"belly pair {similarity[0, 1]:.3f}, boat vs pear {similarity[2, 3]:.3f}, "
             f"belly vs boat or pear {cross.min():.3f} to {cross.max():.3f}"
         )
-    print("(the first word's forward half has read only <S> and that word: the contexts differ in the backward half)")
+    print("(layer 0 reads each morpheme alone: 배를 is one vector for the boat and the pear; the first word's forward")
+    print(" half has read only <S> and that word, so the contexts differ in the backward half)")
 
     classifier = pipeline("text-classification", model=bundled_model_path("ko-nsmc-sentiment"))
     print("\nko-nsmc-sentiment:")
