@@ -14,7 +14,8 @@ ENCODER_CLASS = "hf_elmo.sentence_transformers_elmo.ElmoSentenceEncoder"
 MODULES_FILE = "modules.json"
 ENCODER_CONFIG_FILE = "sentence_bert_config.json"
 MODEL_CONFIG_FILE = "config_sentence_transformers.json"
-# SIF's `a` by default: the best of those measured for the average of the layers on KorSTS (examples/nsmc/README.md).
+# SIF's `a` by default: the best measured on KorSTS for the layer average of the earlier whitespace-word ko-nsmc (v6);
+# ko-nsmc's card measures each `a` for the shipped biLM, whose folder sets its own.
 SIF_A = 1e-5
 SENTENCE_TRANSFORMERS_FILES = {
     # One module, saved in the folder's root: it reads the config, weights and tokenizer files already there.
