@@ -7,7 +7,7 @@ import pytest
 from conftest import tiny_config
 
 from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoModel, bundled_model_path
-from hf_elmo.sentence_transformers_files import SENTENCE_TRANSFORMERS_FILES
+from hf_elmo.sentence_transformers_files import ENCODER_CONFIG_FILE, SENTENCE_TRANSFORMERS_FILES
 
 
 def written_files(folder: Path) -> dict[str, object]:
@@ -36,6 +36,15 @@ def test_a_head_and_a_process_other_than_the_main_one_save_none(tmp_path):
     assert written_files(tmp_path / "other") == {}
 
 
-def test_the_bundled_bilm_carries_the_files_its_save_pretrained_writes():
-    assert written_files(Path(bundled_model_path("ko-nsmc"))) == SENTENCE_TRANSFORMERS_FILES
+def test_the_bundled_bilm_carries_the_files_with_its_own_sentence_settings():
+    """The files `save_pretrained` writes, the module's settings set by `examples/nsmc/bundle.py`: the same keys, with
+    a reference text's mean and principal directions (`--sentence-reference-text`)."""
+    written = written_files(Path(bundled_model_path("ko-nsmc")))
+    settings = written.pop(ENCODER_CONFIG_FILE)
+    assert written == {name: f for name, f in SENTENCE_TRANSFORMERS_FILES.items() if name != ENCODER_CONFIG_FILE}
+    assert set(settings) == set(SENTENCE_TRANSFORMERS_FILES[ENCODER_CONFIG_FILE])
+    hidden_size = ElmoModel.config_class.from_pretrained(bundled_model_path("ko-nsmc")).hidden_size
+    assert len(settings["reference_mean"]) == hidden_size
+    assert len(settings["common_component"]) > 1
+    assert all(len(direction) == hidden_size for direction in settings["common_component"])
     assert written_files(Path(bundled_model_path("ko-nsmc-sentiment"))) == {}
