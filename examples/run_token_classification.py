@@ -38,6 +38,7 @@ from transformers import (
 
 import hf_elmo
 from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
+from hf_elmo.tokenization_elmo import word_start_positions
 
 HEAD_OPTIONS = (
     "task_lstm_dim",
@@ -213,9 +214,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         labels = []
         for i in range(len(batch["tokens"])):
             word_ids = encoding.word_ids(i)
-            firsts = [word is not None and word != previous for previous, word in zip([None, *word_ids], word_ids)]
             tags = [tag2id[tag] for tag in batch["tags"][i]] if "tags" in batch else [0] * len(batch["tokens"][i])
-            labels.append([tags[word] if first else -100 for word, first in zip(word_ids, firsts)])
+            row = [-100] * len(word_ids)
+            for position in word_start_positions(word_ids):
+                row[position] = tags[word_ids[position]]
+            labels.append(row)
         encoding["labels"] = labels
         return encoding
 

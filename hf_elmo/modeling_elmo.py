@@ -16,6 +16,7 @@ from .kernels_elmo import dispatch, distinct_rows, max_pooled_by_matmul, trains_
 from .kernels_lstm_inference import lstm_layer_in_place
 from .kernels_lstm_training import lstm_layer_with_handwritten_backward, lstm_layers_with_handwritten_backward
 from .sentence_transformers_files import write_sentence_transformers_files
+from .tokenization_elmo import word_start_positions
 
 
 @dataclass
@@ -1147,16 +1148,7 @@ class ElmoForTokenClassification(ElmoHeadModel):
             if key in encoding
         }
         logits = self(**inputs).logits
-        firsts = []  # each row's first position of each word
-        for row in range(logits.shape[0]):
-            word_ids = encoding.word_ids(row)
-            firsts.append(
-                [
-                    position
-                    for position, word in enumerate(word_ids)
-                    if word is not None and (position == 0 or word_ids[position - 1] != word)
-                ]
-            )
+        firsts = [word_start_positions(encoding.word_ids(row)) for row in range(logits.shape[0])]
         word_mask = torch.zeros(logits.shape[:2], dtype=torch.bool, device=logits.device)
         for row, positions in enumerate(firsts):
             word_mask[row, positions] = True

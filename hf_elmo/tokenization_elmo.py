@@ -631,6 +631,18 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return [self.decode(sequence, skip_special_tokens) for sequence in sequences]
 
 
+def word_start_positions(word_ids: list[int | None]) -> list[int]:
+    """
+    The position where each word of a row starts, from the row's `word_ids()`: a run of positions with one word id is
+    one word (so that the two sentences of a pair, each counting its words from 0, stay apart); `None` is no word.
+    """
+    return [
+        position
+        for position, word in enumerate(word_ids)
+        if word is not None and (position == 0 or word_ids[position - 1] != word)
+    ]
+
+
 def pool_to_words(hidden, word_ids: list[list[int | None]]):
     """
     One vector per word, the mean of its positions: eojeol vectors from the morphemes of `korean_morphemes` (whose
@@ -656,12 +668,12 @@ def pool_to_words(hidden, word_ids: list[list[int | None]]):
         )
     cells, counts = [], []  # (row, word, position) of every position in a word; each row's count of words
     for row, ids in enumerate(word_ids):
+        starts = set(word_start_positions(ids))
         word = -1
         for position, word_id in enumerate(ids):
             if word_id is None:
                 continue
-            if position == 0 or ids[position - 1] != word_id:
-                word += 1
+            word += position in starts
             cells.append((row, word, position))
         counts.append(word + 1)
     words = max(counts, default=0)
@@ -804,4 +816,4 @@ def _to_list(value):
     return value
 
 
-__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "pool_to_words", "word_to_char_ids"]
+__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "pool_to_words", "word_start_positions", "word_to_char_ids"]

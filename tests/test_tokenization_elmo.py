@@ -6,7 +6,7 @@ import torch
 from transformers import DataCollatorWithPadding
 
 from hf_elmo import ElmoTokenizer
-from hf_elmo.tokenization_elmo import word_to_char_ids
+from hf_elmo.tokenization_elmo import word_start_positions, word_to_char_ids
 
 
 def expected_row(byte_values, width=50):
@@ -295,3 +295,13 @@ def test_tokenizer_tensors_equal_its_lists(return_tensors):
             assert tensors[key].dtype == generic[key].dtype
             assert np.array_equal(np.asarray(tensors[key]), np.asarray(generic[key]))
         assert tensors.word_ids(1) == lists.word_ids(1)
+
+
+def test_word_start_positions_are_where_each_run_of_one_word_id_begins():
+    tokenizer = ElmoTokenizer()
+    pair = tokenizer("a cat", "a dog sat")  # both sentences count their words from 0
+    assert pair.word_ids() == [None, 0, 1, None, None, 0, 1, 2, None]
+    assert word_start_positions(pair.word_ids()) == [1, 2, 5, 6, 7]
+    # Several positions of one word (a Korean word's morphemes) start once; padding and boundaries are no word.
+    assert word_start_positions([None, 0, 0, 1, 1, 1, 2, None, None]) == [1, 3, 6]
+    assert word_start_positions([0, 0, None, 0]) == [0, 3]
