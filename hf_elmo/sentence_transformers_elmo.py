@@ -14,7 +14,7 @@ from sentence_transformers.base.modules import InputModule
 
 from .modeling_elmo import ElmoModel
 from .sentence_transformers_files import ENCODER_CONFIG_FILE, SIF_A
-from .sentence_weighting import WordCounts
+from .sentence_weighting import WordCounts, weighted_encoding
 from .tokenization_elmo import ElmoTokenizer
 
 
@@ -113,20 +113,14 @@ class ElmoSentenceEncoder(InputModule):
                 raise ValueError(f"ElmoSentenceEncoder embeds texts (str), one per input, got {type(text).__name__}")
         texts = self._prepend_prompt(list(inputs), prompt) if prompt else list(inputs)
         max_length = kwargs.get("max_length") or self.max_seq_length
-        weighted = self.word_counts is not None and self.sif_a is not None
-        features = dict(
-            self.tokenizer(
-                texts,
-                padding=True,
-                truncation=max_length is not None,
-                max_length=max_length,
-                return_word_labels=weighted,
-                return_tensors="pt",
-            )
+        return weighted_encoding(
+            self.tokenizer,
+            texts,
+            self.word_counts,
+            self.sif_a,
+            truncation=max_length is not None,
+            max_length=max_length,
         )
-        if weighted:
-            features["word_weights"] = self.word_counts.sif_weights(features.pop("labels"), self.sif_a)
-        return features
 
     def forward(self, features: dict[str, Any], **kwargs) -> dict[str, Any]:
         """Adds `sentence_embedding` `(batch, 2 * projection_dim)` to the features of `preprocess`."""

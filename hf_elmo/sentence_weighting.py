@@ -116,6 +116,21 @@ class WordCounts:
         return a / (a + self.probabilities(labels))
 
 
+def weighted_encoding(
+    tokenizer: ElmoTokenizer, texts: list[str], word_counts: "WordCounts | None", sif_a: float | None, **encoding
+) -> dict[str, torch.Tensor]:
+    """
+    The padded tensors of `texts` for `ElmoModel.sentence_embedding`, with `word_weights` `(batch, positions)`, each
+    word's SIF weight, where both `word_counts` and `sif_a` are given (without, the plain mean). `encoding` goes to the
+    tokenizer (`truncation`, `max_length`).
+    """
+    weighted = word_counts is not None and sif_a is not None
+    features = dict(tokenizer(texts, padding=True, return_word_labels=weighted, return_tensors="pt", **encoding))
+    if weighted:
+        features["word_weights"] = word_counts.sif_weights(features.pop("labels"), sif_a)
+    return features
+
+
 def common_component(vectors: torch.Tensor) -> torch.Tensor:
     """
     The first right singular vector of `vectors` `(n, dim)`, not centred (as Arora et al. compute it): `(dim,)` of

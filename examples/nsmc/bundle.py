@@ -33,7 +33,7 @@ import hf_elmo
 from hf_elmo import ElmoTokenizer
 from hf_elmo.model_card import write_model_card
 from hf_elmo.sentence_transformers_files import ENCODER_CONFIG_FILE, SIF_A
-from hf_elmo.sentence_weighting import WordCounts, reference_directions
+from hf_elmo.sentence_weighting import WordCounts, reference_directions, weighted_encoding
 
 BUNDLED_DIR = Path(hf_elmo.__file__).resolve().parent / "bundled"
 CARDS_DIR = Path(__file__).resolve().parent / "cards"
@@ -89,10 +89,8 @@ def sentence_settings(model, tokenizer, counts: WordCounts, texts: list[str], ar
     sentence-transformers module makes them (SIF weights of `counts`, no truncation) before anything is taken out."""
     vectors = []
     for start in range(0, len(texts), 64):
-        batch = tokenizer(texts[start : start + 64], padding=True, return_word_labels=True, return_tensors="pt")
-        weights = counts.sif_weights(batch.pop("labels"), args.sentence_sif_a)
-        layer_weights = args.sentence_layer_weights
-        vectors.append(model.sentence_embedding(**batch, layer_weights=layer_weights, word_weights=weights))
+        batch = weighted_encoding(tokenizer, texts[start : start + 64], counts, args.sentence_sif_a)
+        vectors.append(model.sentence_embedding(**batch, layer_weights=args.sentence_layer_weights))
     mean, directions = reference_directions(torch.cat(vectors).double(), args.sentence_directions)
     return {
         "layer_weights": args.sentence_layer_weights,
