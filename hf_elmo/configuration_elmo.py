@@ -1,5 +1,12 @@
-"""ELMo configuration: every option of the original `options.json`, and of ELMoForManyLangs' models."""
+"""ELMo configuration: every option of the original `options.json`, and of ELMoForManyLangs' models.
 
+Nothing here imports torch (transformers does, where installed): the label schemes of the CRF live here, not in
+`crf_elmo`. A saved folder carries this file for `trust_remote_code` loading, which copies only the flat sibling
+modules it imports (`from .x import y`).
+"""
+
+import copy
+import dataclasses
 import difflib
 import functools
 import inspect
@@ -7,11 +14,10 @@ import numbers
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
-from transformers import GenerationConfig, PretrainedConfig
+from transformers import GenerationConfig, PreTrainedConfig
 from transformers.utils import logging
 
 from .alphabet_elmo import CharacterAlphabet
-from .crf_elmo import LABEL_SCHEMES
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
@@ -19,13 +25,106 @@ RECURRENCE_IMPLEMENTATIONS = ("auto", "reference")
 # The matrix products of the fast CPU recurrence (see `kernels_cpu_products.step_products`): "auto" measures which
 # float32 library is fastest on this machine for each shape, once; "int8" is the opt-in reduced-precision mode.
 CPU_MATMULS = ("auto", "int8")
-# How this machine computes the model, not what the model is: never written to config.json (see `ElmoConfig`).
-MACHINE_SETTINGS = ("recurrence_implementation", "cpu_matmul")
+# The label schemes that `crf_constraint` may name (see `crf_elmo.allowed_transitions`), and the prefixes of their
+# labels besides "O".
+LABEL_SCHEMES = {"BIO": ("B", "I"), "BIOES": ("B", "I", "E", "S")}
 
 logger = logging.get_logger(__name__)
 
 
-class ElmoConfig(PretrainedConfig):
+class Rule(NamedTuple):
+    """What a field accepts (`accepts`), what its refusal says it accepts (`allowed`), what is stored (`stored`)."""
+
+    accepts: Callable[[Any], bool]
+    allowed: str
+    stored: Callable[[Any], Any] = lambda value: value
+
+    def checked(self, name: str, value: Any) -> Any:
+        """The value to store in field `name`; a `ValueError` naming the field, the value and what is allowed."""
+        if not self.accepts(value):
+            raise ValueError(f"{name} must be {self.allowed}, got {value!r}")
+        return self.stored(value)
+
+
+def is_integer(value: Any) -> bool:
+    """An int (numpy's too), not a bool."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value: Any) -> bool:
+    """An int or a float (numpy's too), not a bool."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+def integer(minimum: int) -> Rule:
+    """An integer from `minimum` up, stored as a Python int."""
+    return Rule(lambda value: is_integer(value) and value >= minimum, f"an integer >= {minimum}", int)
+
+
+def optional(rule: Rule) -> Rule:
+    """`rule`, or None."""
+    return Rule(
+        lambda value: value is None or rule.accepts(value),
+        f"None or {rule.allowed}",
+        lambda value: None if value is None else rule.stored(value),
+    )
+
+
+def one_of(*choices: Any) -> Rule:
+    """One of `choices`."""
+    *others, last = map(repr, choices)
+    return Rule(lambda value: value in choices, f"{', '.join(others)} or {last}")
+
+
+def is_filter(pair: Any) -> bool:
+    """A `[width, n_filters]` pair of `filters`."""
+    return isinstance(pair, (list, tuple)) and len(pair) == 2 and all(is_integer(n) and n >= 1 for n in pair)
+
+
+BOOLEAN = Rule(lambda value: isinstance(value, bool), "True or False")
+FRACTION = Rule(lambda value: is_number(value) and 0 <= value < 1, "in [0, 1)", float)
+POSITIVE = Rule(lambda value: is_number(value) and value > 0, "a number > 0")
+FILTERS = Rule(
+    lambda value: isinstance(value, (list, tuple)) and len(value) > 0 and all(map(is_filter, value)),
+    "a non-empty list of [width, n_filters] pairs of integers >= 1",
+    lambda value: [[int(width), int(n_filters)] for width, n_filters in value],
+)
+MIX_WEIGHTS = Rule(
+    lambda value: isinstance(value, (list, tuple)) and all(map(is_number, value)),
+    "a list of numbers, one per layer",
+    lambda value: [float(weight) for weight in value],
+)
+CHAR_MARKERS = Rule(
+    lambda value: isinstance(value, dict) and all(isinstance(k, str) and is_integer(i) for k, i in value.items()),
+    "a dict of marker roles to ids",
+    dict,
+)
+
+
+def checked(rule: Rule, default: Any, saved: bool = True) -> Any:
+    """
+    A field of `ElmoConfig` (a dataclass field, as transformers 5 declares a config's fields) holding `default` until
+    set, with the `rule` that `ElmoConfig.__setattr__` checks whenever it is set; written to config.json unless not
+    `saved` (see `ElmoConfig.to_dict`).
+    """
+    metadata = {"rule": rule, "saved": saved}
+    if isinstance(default, (list, dict)):
+        return dataclasses.field(default_factory=lambda: copy.deepcopy(default), metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def machine_setting(choices: tuple, default: str) -> Any:
+    """A field that chooses how this machine computes the model, not what the model is: one of `choices`, never saved
+    (as transformers leaves out `attn_implementation`)."""
+    return checked(Rule(lambda value: value in choices, f"one of {choices}"), default, saved=False)
+
+
+def field_rule(field: dataclasses.Field) -> Rule | None:
+    """The rule a field of `ElmoConfig` was declared with (`checked`); None for the fields of transformers."""
+    return field.metadata.get("rule")
+
+
+class ElmoConfig(PreTrainedConfig):
     r"""
     Configuration of an ELMo biLM (Peters et al., 2018). The defaults are the shapes of the original
     "ELMo 2x4096_512_2048cnn_2xhighway" model.
@@ -115,112 +214,100 @@ class ElmoConfig(PretrainedConfig):
     hidden states), `hidden_size` is `2 * projection_dim` (read-only; a value given by another model type's config
     is ignored).
 
-    Every field is checked whenever it is set (here, by `from_pretrained(folder, n_layers=...)` or on a loaded config)
-    against its type and range (`FIELD_RULES`), and the fields together against each other
-    (`refuse_invalid_fields`), each refusal a one-line `ValueError` naming the field. A key that is neither a field nor
-    one transformers writes or reads is kept as a plain attribute, unused, and named in one warning (with the field
-    it is closest to, when one is).
+    Each field below is declared with its type, its default and its rule (`checked(rule, default)`), which is checked
+    whenever the field is set: in `__init__`, by `from_pretrained(folder, n_layers=...)` (which sets it afterwards) and
+    on a loaded config. `validate_architecture` checks the fields against each other, after `__init__` and before
+    `save_pretrained` writes them (through transformers' `validate`). Each refusal is a one-line `ValueError` naming
+    the field. A key that is neither a field nor one transformers writes or reads is kept as a plain attribute,
+    unused, and named in one warning (with the field it is closest to, when one is).
     """
 
     model_type = "elmo"
     attribute_map = {"num_hidden_layers": "n_layers"}
 
-    def __init__(
-        self,
-        char_embedding_dim=16,
-        filters=None,
-        n_highway=2,
-        activation="relu",
-        n_characters=262,
-        max_characters_per_token=50,
-        projection_dim=512,
-        cell_dim=4096,
-        n_layers=2,
-        cell_clip=3.0,
-        proj_clip=3.0,
-        use_skip_connections=True,
-        forget_bias=1.0,
-        lstm_dropout=0.0,
-        recurrence_implementation="auto",
-        cpu_matmul="auto",
-        freeze_bilm=True,
-        mix_layer_norm=False,
-        mix_weights=None,
-        mix_l2_coefficient=0.0,
-        mix_dropout=0.5,
-        concat_token_representation=False,
-        task_lstm_dim=0,
-        pooling="mean",
-        pair_classification=False,
-        use_crf=False,
-        crf_constraint=None,
-        word_vocab_size=None,
-        n_negative_samples=None,
-        char_vocab_size=None,
-        char_markers=None,
-        word_input_vocab_size=None,
-        word_input_dim=None,
-        highway_gate="transform",
-        always_project=False,
-        **kwargs,
-    ):
-        n_layers = kwargs.pop("num_hidden_layers", n_layers)
+    char_embedding_dim: int = checked(integer(1), 16)
+    filters: list[list[int]] = checked(FILTERS, ORIGINAL_FILTERS)
+    n_highway: int = checked(integer(0), 2)
+    activation: str = checked(one_of("relu", "tanh"), "relu")
+    n_characters: int = checked(one_of(261, 262), 262)
+    max_characters_per_token: int = checked(integer(3), 50)
+    projection_dim: int = checked(integer(1), 512)
+    cell_dim: int = checked(integer(1), 4096)
+    n_layers: int = checked(integer(1), 2)
+    cell_clip: float | None = checked(optional(POSITIVE), 3.0)
+    proj_clip: float | None = checked(optional(POSITIVE), 3.0)
+    use_skip_connections: bool = checked(BOOLEAN, True)
+    forget_bias: float = checked(Rule(is_number, "a number", float), 1.0)
+    lstm_dropout: float = checked(FRACTION, 0.0)
+    recurrence_implementation: str = machine_setting(RECURRENCE_IMPLEMENTATIONS, "auto")
+    cpu_matmul: str = machine_setting(CPU_MATMULS, "auto")
+    freeze_bilm: bool = checked(BOOLEAN, True)
+    mix_layer_norm: bool = checked(BOOLEAN, False)
+    mix_weights: list[float] | None = checked(optional(MIX_WEIGHTS), None)
+    mix_l2_coefficient: float = checked(Rule(lambda value: is_number(value) and value >= 0, "a number >= 0"), 0.0)
+    mix_dropout: float = checked(FRACTION, 0.5)
+    concat_token_representation: bool = checked(BOOLEAN, False)
+    task_lstm_dim: int = checked(integer(0), 0)
+    pooling: str = checked(one_of("mean", "max", "mean_max"), "mean")
+    pair_classification: bool = checked(BOOLEAN, False)
+    use_crf: bool = checked(BOOLEAN, False)
+    crf_constraint: str | None = checked(
+        Rule(lambda value: value is None or value in LABEL_SCHEMES, f"one of {tuple(LABEL_SCHEMES)} or None"), None
+    )
+    word_vocab_size: int | None = checked(optional(integer(2)), None)
+    n_negative_samples: int | None = checked(optional(integer(1)), None)
+    char_vocab_size: int | None = checked(optional(integer(1)), None)
+    char_markers: dict[str, int] | None = checked(optional(CHAR_MARKERS), None)
+    word_input_vocab_size: int | None = checked(optional(integer(1)), None)
+    word_input_dim: int | None = checked(optional(integer(1)), None)
+    highway_gate: str = checked(one_of("transform", "carry"), "transform")
+    always_project: bool = checked(BOOLEAN, False)
+
+    def __post_init__(self, **kwargs):
+        """
+        After `__init__` has set every field (each checked by its rule): the keys that are no field go to transformers
+        (its own; an unknown one is kept as a plain attribute, and named in one warning), then `validate` checks the
+        fields together.
+        """
         # Derived from projection_dim: a config.json saved by another model type may carry its own.
         kwargs.pop("hidden_size", None)
         warn_about_unknown_keys(kwargs)
-        self.char_embedding_dim = char_embedding_dim
-        self.filters = ORIGINAL_FILTERS if filters is None else filters
-        self.n_highway = n_highway
-        self.activation = activation
-        self.n_characters = n_characters
-        self.max_characters_per_token = max_characters_per_token
-        self.projection_dim = projection_dim
-        self.cell_dim = cell_dim
-        self.n_layers = n_layers
-        self.cell_clip = cell_clip
-        self.proj_clip = proj_clip
-        self.use_skip_connections = use_skip_connections
-        self.forget_bias = forget_bias
-        self.lstm_dropout = lstm_dropout
-        self.recurrence_implementation = recurrence_implementation
-        self.cpu_matmul = cpu_matmul
-        self.freeze_bilm = freeze_bilm
-        self.mix_layer_norm = mix_layer_norm
-        self.mix_weights = mix_weights
-        self.mix_l2_coefficient = mix_l2_coefficient
-        self.mix_dropout = mix_dropout
-        self.concat_token_representation = concat_token_representation
-        self.task_lstm_dim = task_lstm_dim
-        self.pooling = pooling
-        self.pair_classification = pair_classification
-        self.use_crf = use_crf
-        self.crf_constraint = crf_constraint
-        self.word_vocab_size = word_vocab_size
-        self.n_negative_samples = n_negative_samples
-        self.char_vocab_size = char_vocab_size
-        self.char_markers = char_markers
-        self.word_input_vocab_size = word_input_vocab_size
-        self.word_input_dim = word_input_dim
-        self.highway_gate = highway_gate
-        self.always_project = always_project
-        refuse_invalid_fields(self)
-        super().__init__(**kwargs)
+        super().__post_init__(**kwargs)  # `num_hidden_layers` too, as `n_layers`
+        self.validate()
+
+    def __setattr__(self, key, value):
+        # Every field's rule, whenever it is set: `from_pretrained(..., n_layers=...)` sets fields after `__init__`.
+        key = self.attribute_map.get(key, key)
+        field = self.__dataclass_fields__.get(key)
+        if field is not None and (rule := field_rule(field)) is not None:
+            value = rule.checked(key, value)
+        super().__setattr__(key, value)
+
+    def validate_architecture(self):
+        """Raises a `ValueError` saying why, when the fields, each allowed alone, build no ELMo model together."""
+        super().validate_architecture()
+        if max(width for width, _ in self.filters) > self.max_characters_per_token:
+            raise ValueError("a filter is wider than max_characters_per_token")
+        if self.projection_dim > self.cell_dim:
+            raise ValueError(f"projection_dim ({self.projection_dim}) cannot exceed cell_dim ({self.cell_dim})")
+        if self.mix_weights is not None and len(self.mix_weights) != self.n_layers + 1:
+            raise ValueError(f"mix_weights needs one value per layer ({self.n_layers + 1}), got {self.mix_weights!r}")
+        if (self.char_vocab_size is None) != (self.char_markers is None):
+            raise ValueError("char_vocab_size and char_markers go together (a learned character vocabulary)")
+        if (self.word_input_vocab_size is None) != (self.word_input_dim is None):
+            raise ValueError("word_input_vocab_size and word_input_dim go together (a word-embedding input)")
+        CharacterAlphabet.from_config(self)  # checks the markers against the size
+
+    def validate(self):
+        """transformers' checks of any config, then `validate_architecture` (transformers' own `validate`, which
+        `save_pretrained` runs, calls only the validators of its class)."""
+        super().validate()
+        self.validate_architecture()
 
     def to_dict(self) -> dict:
         """As transformers' `to_dict` (which `save_pretrained` and `to_json_string` write), without the machine
         settings."""
         return {key: value for key, value in super().to_dict().items() if key not in MACHINE_SETTINGS}
-
-    def __setattr__(self, key, value):
-        # Checked on every assignment: `from_pretrained(..., n_layers=...)` sets fields after `__init__`.
-        key = self.attribute_map.get(key, key)
-        if key in FIELD_RULES:
-            value = FIELD_RULES[key].checked(key, value)
-        if key == "recurrence_implementation" and value not in RECURRENCE_IMPLEMENTATIONS:
-            raise ValueError(f"recurrence_implementation must be one of {RECURRENCE_IMPLEMENTATIONS}, got {value!r}")
-        if key == "cpu_matmul" and value not in CPU_MATMULS:
-            raise ValueError(f"cpu_matmul must be one of {CPU_MATMULS}, got {value!r}")
-        super().__setattr__(key, value)
 
     @property
     def n_filters(self) -> int:
@@ -292,149 +379,19 @@ class ElmoConfig(PretrainedConfig):
         }
 
 
-class FieldRule(NamedTuple):
-    """What a field accepts (`accepts`), what its refusal says it accepts (`allowed`), what is stored (`stored`)."""
+# How this machine computes the model, not what the model is: never written to config.json (see `machine_setting`).
+MACHINE_SETTINGS = tuple(
+    field.name for field in dataclasses.fields(ElmoConfig) if not field.metadata.get("saved", True)
+)
 
-    accepts: Callable[[Any], bool]
-    allowed: str
-    stored: Callable[[Any], Any] = lambda value: value
-
-    def checked(self, name: str, value: Any) -> Any:
-        """The value to store in field `name`; a `ValueError` naming the field, the value and what is allowed."""
-        if not self.accepts(value):
-            raise ValueError(f"{name} must be {self.allowed}, got {value!r}")
-        return self.stored(value)
-
-
-def is_integer(value: Any) -> bool:
-    """An int (numpy's too), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """An int or a float (numpy's too), not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
-
-
-def integer(minimum: int) -> FieldRule:
-    """An integer from `minimum` up, stored as a Python int."""
-    return FieldRule(lambda value: is_integer(value) and value >= minimum, f"an integer >= {minimum}", int)
-
-
-def optional(rule: FieldRule) -> FieldRule:
-    """`rule`, or None."""
-    return FieldRule(
-        lambda value: value is None or rule.accepts(value),
-        f"None or {rule.allowed}",
-        lambda value: None if value is None else rule.stored(value),
-    )
-
-
-def one_of(choices: tuple) -> FieldRule:
-    """One of `choices`."""
-    *others, last = map(repr, choices)
-    return FieldRule(lambda value: value in choices, f"{', '.join(others)} or {last}")
-
-
-def is_filter(pair: Any) -> bool:
-    """A `[width, n_filters]` pair of `filters`."""
-    return isinstance(pair, (list, tuple)) and len(pair) == 2 and all(is_integer(n) and n >= 1 for n in pair)
-
-
-BOOLEAN = FieldRule(lambda value: isinstance(value, bool), "True or False")
-FRACTION = FieldRule(lambda value: is_number(value) and 0 <= value < 1, "in [0, 1)", float)
-POSITIVE = FieldRule(lambda value: is_number(value) and value > 0, "a number > 0")
-
-FIELD_CHOICES = {
-    "activation": ("relu", "tanh"),
-    "n_characters": (261, 262),
-    "pooling": ("mean", "max", "mean_max"),
-    "highway_gate": ("transform", "carry"),
-}
-
-# What each field accepts, checked whenever it is set (`ElmoConfig.__setattr__`); the machine settings are checked
-# there against their own lists, and how the fields fit together in `refuse_invalid_fields`.
-FIELD_RULES = {
-    **{name: one_of(choices) for name, choices in FIELD_CHOICES.items()},
-    "char_embedding_dim": integer(1),
-    "filters": FieldRule(
-        lambda value: isinstance(value, (list, tuple)) and len(value) > 0 and all(map(is_filter, value)),
-        "a non-empty list of [width, n_filters] pairs of integers >= 1",
-        lambda value: [[int(width), int(n_filters)] for width, n_filters in value],
-    ),
-    "n_highway": integer(0),
-    "max_characters_per_token": integer(3),
-    "projection_dim": integer(1),
-    "cell_dim": integer(1),
-    "n_layers": integer(1),
-    "cell_clip": optional(POSITIVE),
-    "proj_clip": optional(POSITIVE),
-    "use_skip_connections": BOOLEAN,
-    "forget_bias": FieldRule(is_number, "a number", float),
-    "lstm_dropout": FRACTION,
-    "freeze_bilm": BOOLEAN,
-    "mix_layer_norm": BOOLEAN,
-    "mix_weights": optional(
-        FieldRule(
-            lambda value: isinstance(value, (list, tuple)) and all(map(is_number, value)),
-            "a list of numbers, one per layer",
-            lambda value: [float(weight) for weight in value],
-        )
-    ),
-    "mix_l2_coefficient": FieldRule(lambda value: is_number(value) and value >= 0, "a number >= 0"),
-    "mix_dropout": FRACTION,
-    "concat_token_representation": BOOLEAN,
-    "task_lstm_dim": integer(0),
-    "pair_classification": BOOLEAN,
-    "use_crf": BOOLEAN,
-    "crf_constraint": FieldRule(
-        lambda value: value is None or value in LABEL_SCHEMES, f"one of {tuple(LABEL_SCHEMES)} or None"
-    ),
-    "word_vocab_size": optional(integer(2)),
-    "n_negative_samples": optional(integer(1)),
-    "char_vocab_size": optional(integer(1)),
-    "char_markers": optional(
-        FieldRule(
-            lambda value: (
-                isinstance(value, dict) and all(isinstance(k, str) and is_integer(i) for k, i in value.items())
-            ),
-            "a dict of marker roles to ids",
-            dict,
-        )
-    ),
-    "word_input_vocab_size": optional(integer(1)),
-    "word_input_dim": optional(integer(1)),
-    "always_project": BOOLEAN,
-}
-
-
-def refuse_invalid_fields(config: ElmoConfig) -> None:
-    """Raises a `ValueError` saying why, when the fields, each allowed alone, build no ELMo model together."""
-    if max(width for width, _ in config.filters) > config.max_characters_per_token:
-        raise ValueError("a filter is wider than max_characters_per_token")
-    if config.projection_dim > config.cell_dim:
-        raise ValueError(f"projection_dim ({config.projection_dim}) cannot exceed cell_dim ({config.cell_dim})")
-    if config.mix_weights is not None and len(config.mix_weights) != config.n_layers + 1:
-        raise ValueError(f"mix_weights needs one value per layer ({config.n_layers + 1}), got {config.mix_weights!r}")
-    if (config.char_vocab_size is None) != (config.char_markers is None):
-        raise ValueError("char_vocab_size and char_markers go together (a learned character vocabulary)")
-    if (config.word_input_vocab_size is None) != (config.word_input_dim is None):
-        raise ValueError("word_input_vocab_size and word_input_dim go together (a word-embedding input)")
-    CharacterAlphabet.from_config(config)  # checks the markers against the size
-
-
-# Keys of any model's config that transformers writes or reads beside the attributes of a bare `PretrainedConfig`
-# and the generation parameters it drops: arguments of its `__init__`, `auto_map` (remote code), and the attributes
-# of transformers 4's configs, which tools still write.
-TRANSFORMERS_KEYS = (
-    "num_labels",
-    "torch_dtype",
-    "name_or_path",
-    "attn_implementation",
-    "experts_implementation",
-    "per_layer_config",
+# Keys that transformers reads or writes in a config but declares in no class, so that they cannot be read from it:
+# `auto_map` (written for remote code), `_commit_hash` (dropped when loading), `quantization_config` (the quantizers'),
+# and the attributes of transformers 4's `PretrainedConfig` that transformers 5 dropped, which tools still write and
+# some of which it still reads when a config has them (`tie_word_embeddings`, `sep_token_id`).
+UNDECLARED_TRANSFORMERS_KEYS = (
     "auto_map",
     "_commit_hash",
+    "quantization_config",
     "_attn_implementation_autoset",
     "task_specific_params",
     "finetuning_task",
@@ -450,16 +407,26 @@ TRANSFORMERS_KEYS = (
     "torchscript",
     "use_bfloat16",
     "tf_legacy_loss",
-    "quantization_config",
 )
 
 
 @functools.cache
 def known_config_keys() -> tuple[str, ...]:
-    """The fields of `ElmoConfig` and the keys transformers knows in any config, sorted."""
-    fields = set(inspect.signature(ElmoConfig.__init__).parameters) - {"self", "kwargs"}
-    standard = {*PretrainedConfig().to_dict(), *GenerationConfig().to_dict(), *TRANSFORMERS_KEYS}
-    return tuple(sorted(fields | standard))
+    """
+    The keys a config may hold that ElmoConfig or transformers knows, sorted: the fields of `ElmoConfig` (transformers'
+    among them) and transformers' names for its own (`attribute_map`, `hidden_size`), the settable properties of
+    transformers' `PreTrainedConfig` (its argument `attn_implementation` sets the property `_attn_implementation`),
+    what a bare config writes, the generation parameters (which older configs carry) and
+    `UNDECLARED_TRANSFORMERS_KEYS`.
+    """
+    elmo = {field.name for field in dataclasses.fields(ElmoConfig)} | set(ElmoConfig.attribute_map) | {"hidden_size"}
+    settable = {
+        name.lstrip("_")
+        for name in dir(PreTrainedConfig)
+        if isinstance(member := inspect.getattr_static(PreTrainedConfig, name), property) and member.fset is not None
+    }
+    written = {*PreTrainedConfig().to_dict(), *GenerationConfig().to_dict()}
+    return tuple(sorted(elmo | settable | written | set(UNDECLARED_TRANSFORMERS_KEYS)))
 
 
 def warn_about_unknown_keys(kwargs: dict) -> None:

@@ -12,8 +12,7 @@ other positions never enter a result. Every algorithm is batched, in log space (
 import torch
 from torch import nn
 
-# The label schemes that `allowed_transitions` knows, and the prefixes of their labels besides "O".
-LABEL_SCHEMES = {"BIO": ("B", "I"), "BIOES": ("B", "I", "E", "S")}
+from .configuration_elmo import LABEL_SCHEMES
 
 
 def label_prefix_and_type(label: str, constraint_type: str) -> tuple[str, str]:
