@@ -1,175 +1,46 @@
-"""The `hf-elmo` command line: parsed here, run by `hf_elmo.cli`.
+"""The `hf-elmo` console script: the parser of `hf_elmo/command_line.py`, run without importing the package.
 
 This module stands outside the `hf_elmo` package because `import hf_elmo` registers ELMo with transformers' Auto
 classes, which imports torch and transformers' model code: seconds before anything is printed (benchmarks/RESULTS.md,
-"Command start-up"). Here `--help`, a subcommand's `--help`, an argument error and a path that does not exist are
-answered without them; `hf_elmo.cli` is imported only to run a command. `hf-elmo pretrain` is the exception: its
-parser is transformers' `HfArgumentParser` over `TrainingArguments`, so even its `--help` imports transformers.
+"Command start-up"). `hf_elmo/command_line.py` (the parser) imports nothing from the package, so it is executed here
+from its file, found where `import hf_elmo` finds the package, without running the package's
+`__init__`: `--help`, a subcommand's `--help`, an argument error and a path that does not exist are answered without
+torch or transformers. Nothing in the package imports this module.
 """
 
-import argparse
+import importlib.util
 import sys
 from pathlib import Path
-
-# The compute dtypes of `embed` (torch's names) and the libraries of its CPU products (`ElmoConfig.cpu_matmul`).
-DTYPE_NAMES = ("bfloat16", "float16", "float32")
-CPU_MATMULS = ("auto", "int8")
-
-EMBED_DESCRIPTION = """\
-`hf-elmo embed MODEL INPUT OUTPUT` writes, for each line `i` of INPUT (one sentence per line, words separated by
-whitespace), the ELMo representation of its words; the `<S>`/`</S>` boundary positions are left out, as in
-AllenNLP's `allennlp elmo` command. Shapes per line, for `n` words and `dim = 2 * projection_dim`:
-
-    --all (n_layers + 1, n, dim)    --top, --average, --mix (n, dim)
-    with --pooled, the mean over the words: (n_layers + 1, dim) or (dim,); zeros for an empty line
-
-`--format hdf5` (default): one float32 dataset per line named `str(i)`, plus a `sentence_to_index` dataset of shape
-`(1,)` holding a JSON string `{stripped line text: str(i)}` (the layout of `allennlp elmo`, so its readers work).
-`--format npy`: OUTPUT is a folder with one `{i}.npy` per line and `sentence_to_index.json` holding the same JSON.
-Empty lines, and undecodable ones skipped with `--errors skip`, are kept as entries with 0 words. INPUT may be
-gzip-compressed if its name ends in `.gz`. Lines are written as the run goes, into `OUTPUT.parts/`, which becomes
-OUTPUT at the end, so that OUTPUT is complete or absent; a run that was stopped or killed continues with
-`--resume`, skipping the lines already written, if it has the same input file, model and output options.
-
-Under `torchrun` or `accelerate launch` (WORLD_SIZE > 1), each process embeds its share of the lines into the same
-`OUTPUT.parts/` (on a filesystem every node sees) and rank 0 assembles OUTPUT once all have finished; `--device cuda`
-runs each process on the GPU of its LOCAL_RANK. A resume may use any number of processes.
-"""
+from types import ModuleType
 
 
-def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser:
-    """The `hf-elmo` parser; `progs` renames subcommands run as standalone scripts (`{"convert": "convert.py"}`)."""
-    parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo models for Hugging Face transformers.")
-    commands = parser.add_subparsers(dest="command", required=True)
-    progs = progs or {}
-
-    embed = commands.add_parser(
-        "embed",
-        prog=progs.get("embed"),
-        help="embed a text file, one sentence per line, to HDF5 or .npy files",
-        description=EMBED_DESCRIPTION,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    embed.add_argument("model", help="model folder, bundled model (ko-nsmc) or Hub id")
-    embed.add_argument("input", help="text file, UTF-8, one sentence per line (.gz: gzip-compressed)")
-    embed.add_argument("output", help="HDF5 file to write (a folder with --format npy)")
-    layers = embed.add_mutually_exclusive_group(required=True)
-    layers.add_argument("--all", action="store_true", help="all layers: (n_layers + 1, words, dim)")
-    layers.add_argument("--top", action="store_true", help="the top layer: (words, dim)")
-    layers.add_argument("--average", action="store_true", help="the mean of all layers: (words, dim)")
-    layers.add_argument("--mix", metavar="W0,W1,...", help="the sum of the layers times these weights: (words, dim)")
-    embed.add_argument("--pooled", action="store_true", help="one vector per line: the mean over its words")
-    embed.add_argument("--format", choices=["hdf5", "npy"], default="hdf5", help="output layout (default hdf5)")
-    embed.add_argument(
-        "--pretokenize",
-        action="store_true",
-        help="split lines with the tokenizer's pre-tokenizer instead of on whitespace",
-    )
-    embed.add_argument("--batch-size", type=int, default=64, help="sentences per batch (default 64)")
-    embed.add_argument(
-        "--max-words",
-        type=int,
-        default=1000,
-        help="longer lines are run alone in windows of this many positions, the LSTM state carried "
-        "(same result, bounded memory; default 1000)",
-    )
-    embed.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1 (default cpu)")
-    embed.add_argument(
-        "--dtype",
-        choices=DTYPE_NAMES,
-        default="float32",
-        help="compute dtype (default float32); outputs are stored as float32",
-    )
-    embed.add_argument(
-        "--cpu-matmul",
-        choices=CPU_MATMULS,
-        default="auto",
-        help="library of the CPU products (config.cpu_matmul; default auto: the fastest measured here); "
-        "int8 is faster at small batches and changes the vectors slightly",
-    )
-    embed.add_argument(
-        "--errors",
-        choices=["strict", "replace", "skip"],
-        default="strict",
-        help="a line that is not UTF-8: stop (default), replace bad bytes, or skip it (0 words)",
-    )
-    embed.add_argument("--resume", action="store_true", help="continue a stopped run, keeping the lines it wrote")
-    embed.add_argument("--forget-sentences", action="store_true", help="do not write sentence_to_index")
-    embed.add_argument("--verbose", action="store_true", help="list the line numbers of skipped lines")
-
-    def folder_writer(name: str, help: str, formats: list[str], format_help: str) -> argparse.ArgumentParser:
-        """`convert` and `export`: a subcommand writing one folder, in one of `formats` (the first by default)."""
-        subparser = commands.add_parser(name, prog=progs.get(name), help=help)
-        subparser.add_argument("--format", choices=formats, default=formats[0], help=format_help)
-        subparser.add_argument("--output-dir", required=True, help="folder to write; must not exist or be empty")
-        subparser.add_argument("--overwrite", action="store_true", help="replace a non-empty output folder")
-        return subparser
-
-    convert = folder_writer(
-        "convert",
-        "convert an original checkpoint (options.json + weights.hdf5) or an ELMoForManyLangs model",
-        ["original", "elmoformanylangs"],
-        "bilm-tf/AllenNLP files (default) or an ELMoForManyLangs release (folder or .zip)",
-    )
-    convert.add_argument("--options-file", help="original options.json (path or http(s) URL)")
-    convert.add_argument("--weight-file", help="original weights.hdf5 (path or http(s) URL)")
-    convert.add_argument("--model-dir", help="with --format elmoformanylangs: the unpacked release folder or its .zip")
-    convert.add_argument("--push-to-hub", metavar="REPO_ID", help="also upload the folder to this Hub repository")
-    convert.add_argument("--private", action="store_true", help="create the Hub repository as private")
-
-    export = folder_writer(
-        "export",
-        "export a model folder to the original layout (options.json + weights.hdf5) or to ONNX",
-        ["original", "onnx"],
-        "bilm-tf/AllenNLP files (default) or model.onnx for ONNX Runtime, any batch size and sentence length, "
-        "beside the config and tokenizer files (needs the onnx extra)",
-    )
-    export.add_argument("--model-dir", required=True, help="an hf_elmo model folder or a bundled model (ko-nsmc)")
-
-    info = commands.add_parser(
-        "info", prog=progs.get("info"), help="print a model's sizes, layers, parameter count and dtype"
-    )
-    info.add_argument("model", help="model folder, bundled model (ko-nsmc) or Hub id")
-
-    # Parsed by hf_elmo.pretraining itself (see main); listed here for `hf-elmo --help`.
-    commands.add_parser(
-        "pretrain", help="pre-train an ELMo biLM from scratch (hf-elmo pretrain --help)", add_help=False
-    )
-    return parser
+def load_command_line() -> ModuleType:
+    """`hf_elmo/command_line.py`, executed as a module of its own: the package's `__init__` is not run."""
+    package = importlib.util.find_spec("hf_elmo")  # a top-level name: found, not imported
+    path = Path(package.submodule_search_locations[0]) / "command_line.py"
+    spec = importlib.util.spec_from_file_location("hf_elmo.command_line", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
-def is_path_only(name: str) -> bool:
-    """Whether a model name can only be a local path: a Hub id is `name` or `owner/name`, a bundled name is plain."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1
-
-
-def missing_path(args: argparse.Namespace) -> str | None:
-    """The one-line error for an input file or model path on the command line that does not exist, or None."""
-    if args.command == "embed" and not Path(args.input).is_file():
-        return f"no such input file: {args.input}"
-    model = args.model_dir if args.command == "export" else getattr(args, "model", None)
-    if model is not None and is_path_only(model) and not Path(model).expanduser().exists():
-        return f"no such model folder: {model}"
-    return None
+command_line = load_command_line()
 
 
 def main(argv=None, prog: str = "hf-elmo") -> int:
-    """Runs `hf-elmo ARGV`; a standalone script running one subcommand passes its own name as `prog`."""
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv[:1] == ["pretrain"]:
-        command, args = "pretrain", argv[1:]
-    else:
-        args = build_parser({argv[0]: prog} if argv and prog != "hf-elmo" else None).parse_args(argv)
-        command = args.command
-        if error := missing_path(args):
-            print(f"{prog}: error: {error}", file=sys.stderr)
-            return 1
+    """
+    Runs `hf-elmo ARGV`: parsed by `command_line.parse_command`, run by `hf_elmo.cli.run`, imported only then. The
+    scripts in conversion/ run one subcommand under their own name, `prog`.
+    """
+    parsed = command_line.parse_command(argv, prog)
+    if isinstance(parsed, int):
+        return parsed
     try:
         from hf_elmo.cli import run
     except KeyboardInterrupt:  # importing torch and transformers takes seconds: a Ctrl-C often lands here
         print(f"{prog}: interrupted", file=sys.stderr)
         return 130
-    return run(command, args, prog)
+    return run(*parsed, prog)
 
 
 if __name__ == "__main__":

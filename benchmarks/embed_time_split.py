@@ -25,7 +25,7 @@ def main():
     args = parser.parse_args()
     profile = pstats.Stats(args.profile)
     stats, total = profile.stats, profile.total_tt
-    loading = cumulative(stats, "hf_elmo/cli.py", "load_model")
+    loading = cumulative(stats, "hf_elmo/cli.py", "load_bilm")
     tokenizing = cumulative(stats, "hf_elmo/tokenization_elmo.py", "__call__")
     pipeline = "hf_elmo/embedding_pipeline.py"
     model = cumulative(stats, pipeline, "embed_batch") + cumulative(stats, pipeline, "embed_long") - tokenizing

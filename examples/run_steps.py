@@ -7,7 +7,7 @@ from pathlib import Path
 import torch
 from transformers import TrainingArguments
 
-from hf_elmo.bundled import resolve_model_name
+from hf_elmo.loading import resolve_model_name
 
 
 def check_steps(training_args: TrainingArguments, data_args) -> None:
@@ -30,7 +30,7 @@ def check_steps(training_args: TrainingArguments, data_args) -> None:
 def model_to_load(name: str) -> str:
     """
     What `from_pretrained` loads for `--model_name_or_path`: a folder, a bundled model's name (`ko-nsmc`) or a Hub id
-    (`hf_elmo.bundled.resolve_model_name`). Anything else ends the script with one line naming the fix, at once
+    (`hf_elmo.loading.resolve_model_name`). Anything else ends the script with one line naming the fix, at once
     when the Hub is out of reach.
     """
     try:

@@ -144,9 +144,7 @@ def config_from_settings(settings: dict, char_lexicon: dict, word_lexicon: dict 
         )
     except (KeyError, TypeError) as error:
         raise ElmoConversionError(f"the model settings lack a required entry: {error!r}") from error
-    except ValueError as error:
-        if isinstance(error, ElmoConversionError):
-            raise
+    except ValueError as error:  # ElmoConversionError is not a ValueError: those above pass through
         raise ElmoConversionError(f"the model settings cannot be converted: {error}") from error
 
 

@@ -20,6 +20,7 @@ import torch
 from .configuration_elmo import ElmoConfig
 from .errors import ElmoConversionError
 from .folders import atomic_directory
+from .loading import load_model
 from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -177,8 +178,15 @@ def convert_original(
 
 
 def export_original(model_dir, output_dir, overwrite: bool = False) -> Path:
-    """Writes `options.json` + `weights.hdf5` in the original layout from a model folder (or an `ElmoModel`)."""
-    model = model_dir if isinstance(model_dir, ElmoModel) else _load_model_folder(model_dir)
+    """Writes `options.json` + `weights.hdf5` in the original layout from a model folder, a bundled model's name (its
+    biLM, in float32) or an `ElmoModel`."""
+    if isinstance(model_dir, ElmoModel):
+        model = model_dir
+    else:
+        try:
+            model = load_model(model_dir, ElmoModel, hub=False, dtype=torch.float32)
+        except ValueError as error:
+            raise ElmoConversionError(str(error)) from error
     state_dict = {
         key: value.float() if value.is_floating_point() else value for key, value in model.state_dict().items()
     }
@@ -194,17 +202,6 @@ def export_original(model_dir, output_dir, overwrite: bool = False) -> Path:
             for name, array in arrays.items():
                 handle.create_dataset(name, data=array)
     return Path(output_dir)
-
-
-def _load_model_folder(model_dir) -> ElmoModel:
-    path = Path(model_dir)
-    if not (path / "config.json").is_file():
-        raise ElmoConversionError(f"{model_dir} is not an hf_elmo model folder (no config.json)")
-    try:
-        model = ElmoModel.from_pretrained(path, dtype=torch.float32)
-    except (OSError, ValueError) as error:
-        raise ElmoConversionError(f"{model_dir} could not be loaded as an ElmoModel: {error}") from error
-    return model.eval()
 
 
 __all__ = ["convert_original", "export_original", "load_original", "resolve_file"]

@@ -1,10 +1,11 @@
 """The embedding pipeline of `hf-elmo embed`: input lines to per-line vectors in HDF5 or `.npy` files.
 
-`embed_file` runs it: each process embeds its shard of the input (`Processes`), a length-sorted batch at a time
-(`batch_lines`, `embed_batch`, `embed_long`, `select_layers`), into `OUTPUT.parts/` (`Hdf5Output`, `NpyOutput`),
-stopping between batches on Ctrl-C (`DeferredStop`); rank 0 then assembles OUTPUT. A run is identified by its input,
-model and output options (`run_identity`), and only the run it continues may resume from the parts. The layouts and
-shapes are described in `hf_elmo/cli.py`, whose `embed` subcommand parses the arguments and calls `embed_file`.
+`embed_file` runs it: each process of the job (`JobProcess`) embeds its shard of the input, a length-sorted batch at
+a time (`batch_lines`, `embed_batch`, `embed_long`, `select_layers`), into `OUTPUT.parts/` (`Hdf5Output`,
+`NpyOutput`), stopping between batches on Ctrl-C (`DeferredStop`); rank 0 then assembles OUTPUT. A run is identified
+by its input, model and output options (`run_identity`), and only the run it continues may resume from the parts.
+The layouts and shapes are described in `hf_elmo/command_line.py` (`hf-elmo embed --help`), which parses the
+arguments; the `embed` command of `hf_elmo/cli.py` calls `embed_file`.
 """
 
 import hashlib
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import EmbedError, first_line
+from .errors import CommandError, first_line
 from .text_files import TextFileError, UndecodableLine, count_lines, read_lines
 
 # Lines read ahead and sorted by length, so that each batch holds sentences of similar length.
@@ -66,7 +67,7 @@ def run_identity(input_path: Path, model_name: str, model, options: dict) -> dic
 
 
 def select_layers(layers: torch.Tensor, choice: str | list[float], pooled: bool) -> np.ndarray:
-    """`layers` `(n_layers + 1, words, dim)` -> the float32 array to store for one line (shapes: `hf_elmo.cli`)."""
+    """`layers` `(n_layers + 1, words, dim)` -> the float32 array to store for one line (shapes: `embed --help`)."""
     if choice == "top":
         layers = layers[-1]
     elif choice == "average":
@@ -112,14 +113,15 @@ class PartsOutput:
     A run writes into `OUTPUT.parts/`: its identity (`run_identity`) in `hf_elmo_embed.json`, then finished lines,
     each file written whole (temporary name, then renamed). `finish` builds OUTPUT from the parts in one rename, so
     OUTPUT is complete or absent; a stopped run resumes from the parts, and only the run it continues may do so.
+    Rank 0 checks and makes the folder; each other rank opens it with `joins_rank_zero`.
     """
 
-    def __init__(self, path: Path, identity: dict, resume: bool, made_by_rank_zero: bool = False):
+    def __init__(self, path: Path, identity: dict, resume: bool, joins_rank_zero: bool = False):
         self.path, self.parts = path, path.with_name(path.name + ".parts")
         self.state_file = self.parts / f"{SETTINGS_NAME}.json"
-        if made_by_rank_zero:  # rank > 0: rank 0 has checked and made the folder; this one checks its job is the same
+        if joins_rank_zero:  # rank > 0: rank 0 has checked and made the folder; this one checks its job is the same
             if not self.state_file.is_file():
-                raise EmbedError(
+                raise CommandError(
                     f"{self.parts} is not visible to this process; with several nodes, write the output "
                     f"to a filesystem that all of them share"
                 )
@@ -127,18 +129,18 @@ class PartsOutput:
             self.finished = self.finished_lines()
             return
         if path.exists():
-            raise EmbedError(
+            raise CommandError(
                 f"{path} exists" + (" and is complete" if resume else "") + "; remove it to write it again"
             )
         if self.parts.exists() and not resume:
-            raise EmbedError(f"{self.parts} holds an unfinished run; pass --resume to continue it, or remove it")
+            raise CommandError(f"{self.parts} holds an unfinished run; pass --resume to continue it, or remove it")
         if self.parts.exists():
             _check_identity(self.state_file, identity, self.parts)
         try:
             self.parts.mkdir(parents=True, exist_ok=True)
             _write_whole(self.state_file, lambda handle: handle.write(json.dumps(identity, indent=1).encode()))
         except OSError as error:
-            raise EmbedError(f"cannot write to {self.parts}: {error.strerror or error}") from error
+            raise CommandError(f"cannot write to {self.parts}: {error.strerror or error}") from error
         self.finished = self.finished_lines()
 
     def finished_lines(self) -> set[str]:
@@ -158,12 +160,12 @@ class Hdf5Output(PartsOutput):
     failed write cannot leave a broken HDF5 file behind (HDF5 files do not survive one).
     """
 
-    def __init__(self, path: Path, identity: dict, resume: bool, made_by_rank_zero: bool = False):
+    def __init__(self, path: Path, identity: dict, resume: bool, joins_rank_zero: bool = False):
         try:
             import h5py  # noqa: F401
         except ImportError as error:
-            raise EmbedError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
-        super().__init__(path, identity, resume, made_by_rank_zero)
+            raise CommandError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
+        super().__init__(path, identity, resume, joins_rank_zero)
         self.batch = {}
 
     def finished_lines(self) -> set[str]:
@@ -189,7 +191,7 @@ class Hdf5Output(PartsOutput):
         needed = sum(part.stat().st_size for part in self.parts.glob("*.npz")) + (1 << 20)
         free = shutil.disk_usage(self.path.parent).free
         if free < needed:
-            raise EmbedError(
+            raise CommandError(
                 f"{self.path.parent} has {free:,} bytes free, assembling {self.path} needs about "
                 f"{needed:,}; free some space and rerun with --resume"
             )
@@ -252,7 +254,7 @@ def _check_identity(state_file: Path, identity: dict, parts: Path):
     differ = [key for key in identity if stored.get(key) != identity[key]]
     if differ:
         details = "; ".join(f"{key}: was {stored.get(key, 'not recorded')}, now {identity[key]}" for key in differ)
-        raise EmbedError(
+        raise CommandError(
             f"cannot resume {parts}: it holds a run with another {', '.join(differ)} ({details}); "
             f"rerun it as it was started, or remove {parts} to start over"
         )
@@ -277,7 +279,7 @@ class DeferredStop:
 
     def check(self, parts: Path, done: int):
         if self.signal is not None:
-            raise EmbedError(
+            raise CommandError(
                 f"stopped by signal {self.signal} after {done} lines; the finished lines are in {parts}/, "
                 f"rerun with --resume to continue",
                 code=128 + self.signal,
@@ -287,7 +289,7 @@ class DeferredStop:
 # -- several processes ------------------------------------------------------------------------------------------------
 
 
-class WriteFailure(EmbedError):
+class WriteFailure(CommandError):
     """A failed write of OUTPUT or its parts: the message says whether finished lines were kept for --resume."""
 
     @classmethod
@@ -295,13 +297,13 @@ class WriteFailure(EmbedError):
         return cls(f"cannot write {output_path}: {getattr(error, 'strerror', None) or first_line(error)}")
 
 
-class Processes:
+class JobProcess:
     """
-    The processes of a `torchrun` / `accelerate launch` job, from the launcher's WORLD_SIZE, RANK and LOCAL_RANK (one
-    process of rank 0 without a launcher). They exchange only short messages, over gloo on the CPU whatever device
-    they compute on. Line `i` of the input goes to rank `i % world_size`: a rule of the line index alone, so the
-    ranks split the input without talking, each gets a like mix of short and long lines, and a resume with any
-    number of processes finds each finished line by its index.
+    This process of a `torchrun` / `accelerate launch` job: its rank among the job's processes, from the launcher's
+    WORLD_SIZE, RANK and LOCAL_RANK (the one process, of rank 0, without a launcher). The processes exchange only
+    short messages, over gloo on the CPU whatever device they compute on. Line `i` of the input goes to rank
+    `i % world_size`: a rule of the line index alone, so the ranks split the input without talking, each gets a like
+    mix of short and long lines, and a resume with any number of processes finds each finished line by its index.
     """
 
     def __init__(self):
@@ -314,7 +316,7 @@ class Processes:
             try:
                 torch.distributed.init_process_group("gloo", timeout=timedelta(days=7))
             except (ValueError, RuntimeError) as error:
-                raise EmbedError(
+                raise CommandError(
                     f"cannot join the other {self.world_size - 1} processes (WORLD_SIZE is set): "
                     f"{first_line(error)}; start hf-elmo with torchrun or accelerate launch"
                 ) from error
@@ -329,13 +331,13 @@ class Processes:
 
     def run_in_lockstep(self, work=None):
         """
-        Runs `work()` here (nothing if None) and waits for every process; an `EmbedError` on any of them is raised on
+        Runs `work()` here (nothing if None) and waits for every process; a `CommandError` on any of them is raised on
         all, reported by rank 0 alone (prefixed with the rank that failed).
         """
         failure = None
         try:
             result = work() if work else None
-        except EmbedError as error:
+        except CommandError as error:
             failure = error
         if self.world_size == 1:
             if failure:
@@ -348,7 +350,7 @@ class Processes:
         for rank, outcome in enumerate(outcomes):
             if outcome is not None:
                 message, code, write_failure = outcome
-                raise (WriteFailure if write_failure else EmbedError)(
+                raise (WriteFailure if write_failure else CommandError)(
                     f"rank {rank}: {message}", code if failure else 1, quiet=self.rank > 0
                 ) from failure
         return result
@@ -378,17 +380,17 @@ def text_lines(path: Path, errors: str, shard: tuple[int, int] = (0, 1)) -> Iter
         yield index, text
 
 
-def input_error(error: TextFileError) -> EmbedError:
+def input_error(error: TextFileError) -> CommandError:
     """The one-line error for an input file that cannot be read, naming the flag that reads past a bad line."""
     hint = "; pass --errors replace or --errors skip" if isinstance(error, UndecodableLine) else ""
-    return EmbedError(f"{error}{hint}")
+    return CommandError(f"{error}{hint}")
 
 
 @dataclass(frozen=True)
 class EmbedSettings:
     """
     How every line is embedded and stored: `split` makes its words, `errors` reads it as `text_lines` does, `layers`
-    is "all", "top", "average" or one weight per layer, `pooled` averages over its words (shapes: `hf_elmo.cli`).
+    is "all", "top", "average" or one weight per layer, `pooled` averages over its words (shapes: `embed --help`).
     Lines come `batch_size` at a time; one of more than `max_words` words comes alone, run in windows of as many.
     """
 
@@ -401,10 +403,10 @@ class EmbedSettings:
 
 
 def open_output(
-    output_format: str, path: Path, identity: dict, resume: bool, made_by_rank_zero: bool = False
+    output_format: str, path: Path, identity: dict, resume: bool, joins_rank_zero: bool = False
 ) -> Hdf5Output | NpyOutput:
     """The `OUTPUT.parts/` writer of `output_format` ("hdf5" or "npy"); arguments as `PartsOutput`'s."""
-    return (Hdf5Output if output_format == "hdf5" else NpyOutput)(path, identity, resume, made_by_rank_zero)
+    return (Hdf5Output if output_format == "hdf5" else NpyOutput)(path, identity, resume, joins_rank_zero)
 
 
 def batch_lines(
@@ -436,7 +438,7 @@ def embed_shard(
     total: int,
 ):
     """
-    Embeds every unfinished line of `shard` (`(rank, world_size)`, see `Processes`; `total` lines), a batch at a
+    Embeds every unfinished line of `shard` (`(rank, world_size)`, see `JobProcess`; `total` lines), a batch at a
     time, writing and flushing after each batch; SIGINT or SIGTERM stops it between batches. Rank 0 shows progress.
     """
     from tqdm.auto import tqdm
@@ -498,7 +500,7 @@ def embed_file(
     tokenizer,
     input_path: Path,
     output_path: Path,
-    processes: Processes,
+    process: JobProcess,
     settings: EmbedSettings,
     *,
     identity: dict,
@@ -513,34 +515,34 @@ def embed_file(
     Returns, on rank 0, the number of lines and the numbers of those skipped as not text (None on other ranks).
     """
     try:
-        total = count_lines(input_path) if processes.rank == 0 else None
-        own_lines = total if processes.world_size == 1 else count_lines(input_path, processes.shard)
+        total = count_lines(input_path) if process.rank == 0 else None
+        own_lines = total if process.world_size == 1 else count_lines(input_path, process.shard)
     except TextFileError as error:
         raise input_error(error) from error
-    output = processes.run_in_lockstep(
-        partial(open_output, output_format, output_path, identity, resume) if processes.rank == 0 else None
+    output = process.run_in_lockstep(
+        partial(open_output, output_format, output_path, identity, resume) if process.rank == 0 else None
     )
     try:
         # The other ranks read the finished lines before rank 0 writes any new one.
-        open_made = partial(open_output, output_format, output_path, identity, resume, made_by_rank_zero=True)
-        output = processes.run_in_lockstep(open_made if processes.rank > 0 else None) or output
-        if output.finished and processes.rank == 0:
+        open_joined = partial(open_output, output_format, output_path, identity, resume, joins_rank_zero=True)
+        output = process.run_in_lockstep(open_joined if process.rank > 0 else None) or output
+        if output.finished and process.rank == 0:
             print(f"hf-elmo: resuming: {len(output.finished)} of {total} lines are already written", file=sys.stderr)
-        processes.run_in_lockstep(
-            partial(embed_shard, model, tokenizer, input_path, output, settings, processes.shard, own_lines)
+        process.run_in_lockstep(
+            partial(embed_shard, model, tokenizer, input_path, output, settings, process.shard, own_lines)
         )
-        skipped = processes.run_in_lockstep(
-            partial(assemble, output, input_path, settings.errors, sentence_to_index) if processes.rank == 0 else None
+        skipped = process.run_in_lockstep(
+            partial(assemble, output, input_path, settings.errors, sentence_to_index) if process.rank == 0 else None
         )
     except WriteFailure as error:
         kept = (
             "nothing was written"
-            if processes.rank == 0 and output.discard_if_empty()
+            if process.rank == 0 and output.discard_if_empty()
             else f"the finished lines are kept in {output.parts}/, rerun with --resume once fixed"
         )
-        raise EmbedError(f"{error}; {kept}", error.code, error.quiet) from error
-    except EmbedError:
-        if processes.rank == 0:
+        raise CommandError(f"{error}; {kept}", error.code, error.quiet) from error
+    except CommandError:
+        if process.rank == 0:
             output.discard_if_empty()
         raise
-    return (total, skipped) if processes.rank == 0 else None
+    return (total, skipped) if process.rank == 0 else None

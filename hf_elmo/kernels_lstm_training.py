@@ -18,13 +18,6 @@ from .kernels_cpu_products import Product, autocast_dtype, mixed_mm, step_produc
 from .kernels_lstm_inference import PackedSteps
 
 
-def lstm_layer_with_handwritten_backward(
-    module: nn.Module, inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The results of the reference recurrence of `module` (an `ElmoLstmLayer`) from [`ElmoLstmLayerFunction`]."""
-    return lstm_layers_with_handwritten_backward([module], [inputs], mask, [hidden], [memory])[0]
-
-
 def lstm_layers_with_handwritten_backward(
     modules: Sequence[nn.Module],
     inputs: Sequence[torch.Tensor],

@@ -1,9 +1,12 @@
 """ELMo (Peters et al., 2018): a character CNN feeding two independent stacks of projected, clipped LSTMs."""
 
+import functools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import torch
 from torch import nn
+from torch._higher_order_ops.scan import scan
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
@@ -12,11 +15,10 @@ from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
 from .crf_elmo import ConditionalRandomField, allowed_transitions
-from .kernels_elmo import dispatch, distinct_rows, max_pooled_by_matmul, trains_directions_together
-from .kernels_lstm_inference import lstm_layer_in_place
-from .kernels_lstm_training import lstm_layer_with_handwritten_backward, lstm_layers_with_handwritten_backward
-from .sentence_transformers_files import write_sentence_transformers_files
-from .tokenization_elmo import word_start_positions
+from .folder_layout import auto_map, write_sentence_transformers_files
+from .kernels_elmo import ALL_CHARACTER_CONVOLUTIONS, ALL_DISTINCT_ROWS, ALL_RECURRENCES, choose_implementation
+from .sentence_vectors import sentence_vectors
+from .weight_checks import refuse_unloaded_bilm_weights
 
 
 @dataclass
@@ -61,6 +63,11 @@ class ElmoHighway(nn.Module):
         return gate * nonlinear + (1.0 - gate) * x
 
 
+def unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The distinct rows of `rows` `(n, columns)` in lexicographic order, and each row's index among them."""
+    return torch.unique(rows, dim=0, return_inverse=True)
+
+
 def conv_max_pooled(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor:
     """The reference character convolution: `chars` `(words, chars, char_dim)` -> max over positions `(words, n)`."""
     return F.conv1d(chars.transpose(1, 2), module.weight, module.bias).amax(dim=-1)
@@ -69,15 +76,14 @@ def conv_max_pooled(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor:
 class ElmoCharConvolution(nn.Conv1d):
     """One width of character filters and its max over positions, as one module call (see `kernels_elmo`)."""
 
-    implementations = {"reference": conv_max_pooled, "inference": max_pooled_by_matmul, "training": conv_max_pooled}
-
     def __init__(self, config: ElmoConfig, width: int, n_filters: int):
         super().__init__(config.char_embedding_dim, n_filters, width)
         self.config = config
 
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
         """`chars` `(words, max_characters_per_token, char_embedding_dim)` -> `(words, n_filters)`."""
-        return dispatch(self, self.implementations, chars)(self, chars)
+        implementation = choose_implementation(self.config, [self], chars)
+        return ALL_CHARACTER_CONVOLUTIONS.get_interface(implementation, conv_max_pooled)(self, chars)
 
 
 class ElmoCharacterEncoder(nn.Module):
@@ -120,45 +126,96 @@ class ElmoCharacterEncoder(nn.Module):
 
 
 def lstm_cell(
-    module: "ElmoLstmLayer", input_gates: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+    input_gates: torch.Tensor,
+    hidden: torch.Tensor,
+    memory: torch.Tensor,
+    recurrent_kernel: torch.Tensor,
+    forget_bias: float = 0.0,
+    cell_clip: float | None = None,
+    projection_kernel: torch.Tensor | None = None,
+    proj_clip: float | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """
-    One step of the reference recurrence of `module`, for every row: TensorFlow's `LSTMCell` with
-    `config.forget_bias` added to the forget gate. `input_gates` `(batch, 4 * cell_dim)` is the step's input times
-    the input kernel plus the bias; returns the state after the step, `(hidden, memory)`.
+    One step of an LSTM for every row: TensorFlow's `LSTMCell`, gates ordered input, forget, cell, output (as
+    `nn.LSTM` orders them too), `forget_bias` added to the forget gate, the memory clipped to `cell_clip`, the output
+    projected by `projection_kernel` and clipped to `proj_clip`. `input_gates` `(batch, 4 * cell_dim)` is the step's
+    input times the input kernel plus the bias, `recurrent_kernel` `(hidden_dim, 4 * cell_dim)`; returns the state
+    after the step, `(hidden, memory)`.
     """
-    gates = input_gates + hidden @ module.recurrent_kernel
-    in_gate, forget_gate, cell_input, out_gate = gates.split(module.cell_dim, dim=-1)
-    forget = torch.sigmoid(forget_gate + module.config.forget_bias)
+    gates = input_gates + hidden @ recurrent_kernel
+    in_gate, forget_gate, cell_input, out_gate = gates.chunk(4, dim=-1)
+    forget = torch.sigmoid(forget_gate + forget_bias)
     new_memory = torch.sigmoid(in_gate) * torch.tanh(cell_input) + forget * memory
-    if module.cell_clip is not None:
-        new_memory = new_memory.clamp(-module.cell_clip, module.cell_clip)
+    if cell_clip is not None:
+        new_memory = new_memory.clamp(-cell_clip, cell_clip)
     new_hidden = torch.sigmoid(out_gate) * torch.tanh(new_memory)
-    if module.projection_kernel is not None:
-        new_hidden = new_hidden @ module.projection_kernel
-    if module.proj_clip is not None:
-        new_hidden = new_hidden.clamp(-module.proj_clip, module.proj_clip)
+    if projection_kernel is not None:
+        new_hidden = new_hidden @ projection_kernel
+    if proj_clip is not None:
+        new_hidden = new_hidden.clamp(-proj_clip, proj_clip)
     return new_hidden, new_memory
 
 
-def lstm_layer_reference(
-    module: "ElmoLstmLayer", inputs: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+def run_steps(
+    step: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    input_gates: torch.Tensor,
+    mask: torch.Tensor,
+    hidden: torch.Tensor,
+    memory: torch.Tensor,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
-    The reference recurrence of `module`, step by step under autograd ([`lstm_cell`]; arguments and results as
-    [`ElmoLstmLayer.forward`]).
+    The reference recurrence: `step(gates, hidden, memory) -> (new_hidden, new_memory)` over the steps of
+    `input_gates` `(batch, steps, 4 * cell_dim)` from `hidden`, `memory` `(batch, dim)`. At a step where `mask`
+    `(batch, steps)` is False a row keeps its state and outputs zeros. Returns the outputs `(batch, steps,
+    hidden_dim)` and the state after each row's last valid step.
+
+    Run step by step under autograd; while `torch.export` (and so the ONNX export) traces it, as one scan over the
+    steps, which stays a loop in the graph (an ONNX `Scan`) instead of being unrolled into a fixed number of steps.
     """
-    input_gates = inputs @ module.input_kernel + module.bias  # every step in one product
+
+    def masked_step(state, step_inputs):
+        (hidden, memory), (gates, valid) = state, step_inputs
+        new_hidden, new_memory = step(gates, hidden, memory)
+        valid = valid[:, None]
+        state = torch.where(valid, new_hidden, hidden), torch.where(valid, new_memory, memory)
+        return state, torch.where(valid, new_hidden, 0.0)
+
+    if torch.compiler.is_exporting():
+        (hidden, memory), outputs = scan(masked_step, (hidden, memory), (input_gates.transpose(0, 1), mask.T))
+        return outputs.transpose(0, 1), hidden, memory
     # Steps are taken apart with unbind and put together with stack, one autograd node each: indexing a step
     # of a tensor (or writing one) costs a backward pass over the whole tensor at every step.
     outputs = []
-    for step, step_input_gates in enumerate(input_gates.unbind(1)):
-        new_hidden, new_memory = lstm_cell(module, step_input_gates, hidden, memory)
-        valid = mask[:, step, None]
-        hidden = torch.where(valid, new_hidden, hidden)
-        memory = torch.where(valid, new_memory, memory)
-        outputs.append(torch.where(valid, new_hidden, 0.0))
+    for step_inputs in zip(input_gates.unbind(1), mask.unbind(1)):
+        (hidden, memory), output = masked_step((hidden, memory), step_inputs)
+        outputs.append(output)
     return torch.stack(outputs, dim=1), hidden, memory
+
+
+def lstm_layers_reference(
+    layers: Sequence["ElmoLstmLayer"],
+    inputs: Sequence[torch.Tensor],
+    mask: torch.Tensor,
+    hidden: Sequence[torch.Tensor],
+    memory: Sequence[torch.Tensor],
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """
+    The reference recurrence of each of `layers` (directions of one config) on its own `inputs`, `hidden` and
+    `memory` ([`lstm_cell`] by [`run_steps`]; arguments and results of each as [`ElmoLstmLayer.forward`]).
+    """
+    results = []
+    for layer, layer_inputs, layer_hidden, layer_memory in zip(layers, inputs, hidden, memory):
+        step = functools.partial(
+            lstm_cell,
+            recurrent_kernel=layer.recurrent_kernel,
+            forget_bias=layer.config.forget_bias,
+            cell_clip=layer.cell_clip,
+            projection_kernel=layer.projection_kernel,
+            proj_clip=layer.proj_clip,
+        )
+        input_gates = layer_inputs @ layer.input_kernel + layer.bias  # every step in one product
+        results.append(run_steps(step, input_gates, mask, layer_hidden, layer_memory))
+    return results
 
 
 class ElmoLstmLayer(nn.Module):
@@ -168,12 +225,6 @@ class ElmoLstmLayer(nn.Module):
     The kernels keep TensorFlow's `(in, out)` layout: a step multiplies `(batch, in) @ (in, out)`, which is faster
     from contiguous `(in, out)` memory than from a transposed `(out, in)` weight when the batch is small.
     """
-
-    implementations = {
-        "reference": lstm_layer_reference,
-        "inference": lstm_layer_in_place,
-        "training": lstm_layer_with_handwritten_backward,
-    }
 
     def __init__(self, config: ElmoConfig, reads_word_vectors: bool = False):
         super().__init__()
@@ -198,10 +249,11 @@ class ElmoLstmLayer(nn.Module):
         Runs left to right. `inputs` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool with each row's
         valid steps first, `hidden` `(batch, projection_dim)`, `memory` `(batch, cell_dim)`. Returns the outputs
         `(batch, steps, projection_dim)` (zero at invalid steps) and the state after each row's last valid step.
-        Which of `implementations` runs is decided by `kernels_elmo.dispatch`, on every call.
+        Which recurrence runs, the reference or a kernel, `kernels_elmo.choose_implementation` says, on every call.
         """
-        recurrence = dispatch(self, self.implementations, inputs, hidden, memory)
-        return recurrence(self, inputs, mask, hidden, memory)
+        implementation = choose_implementation(self.config, [self], inputs, hidden, memory)
+        recurrence = ALL_RECURRENCES.get_interface(implementation, lstm_layers_reference)
+        return recurrence([self], [inputs], mask, [hidden], [memory])[0]
 
 
 def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -214,11 +266,21 @@ def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
     return x.flatten(0, 1).index_select(0, index.flatten()).view_as(x)
 
 
+def runs_only_its_forward(layer: nn.Module) -> bool:
+    """
+    Whether calling `layer` runs its `forward` and nothing else: no forward hooks of its own, and no `forward` of the
+    instance's own (accelerate's `device_map` wraps it, to load the layer's weights around its call). Only then may
+    the biLM run a layer's recurrence without calling the layer.
+    """
+    return not (layer._forward_hooks or layer._forward_pre_hooks or "forward" in vars(layer))
+
+
 class ElmoBiLm(nn.Module):
     """Two independent stacks of `n_layers` LSTM layers: one reads each row forward, the other backward."""
 
     def __init__(self, config: ElmoConfig):
         super().__init__()
+        self.config = config
         self.projection_dim = config.projection_dim
         self.use_skip_connections = config.use_skip_connections
         self.input_dropout = nn.Dropout(config.lstm_dropout)
@@ -275,8 +337,11 @@ class ElmoBiLm(nn.Module):
         `(2, batch, dim)`. Returns `(forward_output, backward_output)` (skip connection added) and the final state.
         """
         layers, inputs = (self.forward_layers[index], self.backward_layers[index]), (forward_input, backward_input)
-        if trains_directions_together(layers, *inputs, hidden, memory):
-            results = lstm_layers_with_handwritten_backward(layers, inputs, mask, hidden, memory)
+        if all(runs_only_its_forward(layer) for layer in layers):
+            # One call for both directions, so that a kernel may run them at once (the training recurrence does).
+            implementation = choose_implementation(self.config, layers, *inputs, hidden, memory)
+            recurrence = ALL_RECURRENCES.get_interface(implementation, lstm_layers_reference)
+            results = recurrence(layers, inputs, mask, hidden, memory)
         else:
             # Under a `device_map` each layer runs and returns on its own device; the stacks go on from the mask's.
             results = [
@@ -389,111 +454,6 @@ def refuse_attention_and_embeddings(inputs_embeds: torch.Tensor | None, output_a
         raise ValueError("ELMo has no attention to output: it is a character CNN and LSTMs; use output_hidden_states")
 
 
-# The modules holding the biLM's weights, as `ElmoModel`'s state dict names them; a head holds them under `elmo.`.
-BILM_WEIGHT_PREFIXES = ("char_encoder.", "bilm.")
-
-
-def bilm_weight_name(key: str) -> str | None:
-    """`key` (of a biLM's, a head's or a checkpoint's state dict) as `ElmoModel` names it, when it is a biLM weight."""
-    key = key.removeprefix("elmo.")
-    return key if key.startswith(BILM_WEIGHT_PREFIXES) else None
-
-
-def first_names(keys) -> str:
-    """The first three of `keys` in order, then how many more there are."""
-    names = sorted(keys)
-    return ", ".join(names[:3]) + (f" and {len(names) - 3} more" if len(names) > 3 else "")
-
-
-def fields_the_weights_disagree_with(
-    config: ElmoConfig, held: dict[str, tuple[int, ...]], held_names: set[str], own_names: set[str]
-) -> list[tuple[str, str, str | None]]:
-    """
-    The fields of `config` that a checkpoint's biLM weights were not made with, each as `(field, what the weights
-    hold, the setting that loads them)` (None where the weights do not tell it). `held`: the shape in the checkpoint of
-    each weight of the biLM built from `config` that the checkpoint holds; `held_names`: every biLM weight of the
-    checkpoint (also those the biLM lacks); `own_names`: the biLM's weights; all named as in `ElmoModel`.
-    """
-    found = []
-
-    def compare(field: str, value) -> None:
-        if value != getattr(config, field):
-            found.append((field, repr(value), f"{field}={value!r}"))
-
-    def count(prefix: str) -> int:
-        return len({name[len(prefix) :].split(".")[0] for name in held_names if name.startswith(prefix)})
-
-    compare("n_layers", count("bilm.forward_layers."))
-    compare("n_highway", count("char_encoder.highways."))
-    convolutions = [
-        held.get(f"char_encoder.convolutions.{i}.weight") for i in range(count("char_encoder.convolutions."))
-    ]
-    if all(convolutions):  # (n_filters, char_embedding_dim, width) each
-        compare("filters", [[shape[2], shape[0]] for shape in convolutions])
-    else:
-        found.append(("filters", f"{len(convolutions)} convolutions", None))
-    if (table := held.get("char_encoder.char_embedding.weight")) is not None:
-        compare("char_embedding_dim", table[1])
-        if table[0] != config.alphabet.table_rows:
-            found.append(("char_vocab_size", f"a character table of {table[0]} rows", None))
-    if (kernel := held.get("bilm.forward_layers.0.input_kernel")) is not None:  # (projection_dim, 4 * cell_dim)
-        compare("projection_dim", kernel[0])
-        compare("cell_dim", kernel[1] // 4)
-    word_embedding = "char_encoder.word_embedding.weight"
-    if word_embedding in held:
-        compare("word_input_vocab_size", held[word_embedding][0])
-        compare("word_input_dim", held[word_embedding][1])
-    elif word_embedding in held_names:
-        found.append(("word_input_vocab_size", "a word embedding", None))
-    elif word_embedding in own_names:
-        compare("word_input_vocab_size", None)
-        compare("word_input_dim", None)
-    # Whether the character encoder projects follows from the widths above, or else from always_project.
-    projects = "char_encoder.projection.weight" in held_names
-    if not found and projects != ("char_encoder.projection.weight" in own_names):
-        compare("always_project", projects)
-    return found
-
-
-def refuse_unloaded_bilm_weights(model: "ElmoPreTrainedModel", loading_info, source) -> None:
-    """
-    Raises a one-line `ValueError` when `model` would run a biLM weight it did not load from `source` (missing from
-    the checkpoint, or of another size there) or the checkpoint holds biLM weights the model lacks: the weights
-    (a few, then how many more) and the config fields they disagree with. `loading_info` is transformers'
-    `LoadStateDictInfo`. The weights a head adds to a biLM, or a biLM leaves out of a pre-training folder (its
-    softmax), are transformers' to report.
-    """
-    missing = {key for key in loading_info.missing_keys if bilm_weight_name(key)}
-    unexpected = {key for key in loading_info.unexpected_keys if bilm_weight_name(key)}
-    mismatched = {key: tuple(shape) for key, shape, _ in loading_info.mismatched_keys if bilm_weight_name(key)}
-    if not (missing or unexpected or mismatched):
-        return
-    own = {name: tuple(weight.shape) for name, weight in model.base_model.state_dict().items()}
-    lacking = {bilm_weight_name(key) for key in missing}
-    held = {name: shape for name, shape in own.items() if name not in lacking}
-    held.update({bilm_weight_name(key): shape for key, shape in mismatched.items()})
-    held_names = set(held) | {bilm_weight_name(key) for key in unexpected}
-    found = fields_the_weights_disagree_with(model.config, held, held_names, set(own)) if held_names else []
-    disagreements = "; ".join(
-        f"{field} is {getattr(model.config, field)!r} but the weights hold {what}" for field, what, _ in found
-    )
-    listed = "; ".join(
-        f"{label}: {first_names(keys)}"
-        for label, keys in (("missing", missing), ("unexpected", unexpected), ("of another size", mismatched))
-        if keys
-    )
-    settings = [setting for _, _, setting in found]
-    fix = (
-        f"set {', '.join(settings)} in the config"
-        if found and all(settings)
-        else "make the config describe these weights"
-    )
-    raise ValueError(
-        f"{type(model).__name__} cannot load the biLM weights of {source or 'the given state_dict'}: "
-        f"{disagreements or 'they are no ELMo biLM'} ({listed}); {fix}"
-    )
-
-
 class ElmoPreTrainedModel(PreTrainedModel):
     config_class = ElmoConfig
     base_model_prefix = "elmo"
@@ -519,6 +479,15 @@ class ElmoPreTrainedModel(PreTrainedModel):
         refuse_unloaded_bilm_weights(model, loading_info, load_config.pretrained_model_name_or_path)
         return super()._finalize_model_loading(model, load_config, loading_info)
 
+    @property
+    def graph_input_names(self) -> list[str]:
+        """
+        The inputs of `forward` a traced graph of this model takes (the ONNX export's), each `(batch, positions)`
+        after `input_ids`: the mask, and `word_input_ids` where the model reads a word embedding.
+        """
+        names = ["input_ids", "attention_mask"]
+        return names + (["word_input_ids"] if self.config.word_input_vocab_size is not None else [])
+
     def _wants_hidden_states(self, output_hidden_states: bool | None) -> bool:
         return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
 
@@ -530,10 +499,10 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """
         As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`, and
         a biLM (`ElmoModel`, `ElmoForPreTraining`) also writes the files that make the folder a sentence-transformers
-        model (see `sentence_transformers_files`).
+        model (see `folder_layout`).
         """
         if self.is_remote_code():
-            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **AUTO_MAP}
+            self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **auto_map(AUTO_CLASSES)}
         saved = super().save_pretrained(save_directory, *args, **kwargs)
         if isinstance(self, (ElmoModel, ElmoForPreTraining)) and kwargs.get("is_main_process", True):
             write_sentence_transformers_files(save_directory)
@@ -613,7 +582,8 @@ class ElmoModel(ElmoPreTrainedModel):
             # The number of distinct words is data-dependent: a traced graph encodes every position.
             return encode(flat_ids).view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
         valid = mask.reshape(-1).bool()
-        distinct_ids, where = distinct_rows(flat_ids[valid])
+        implementation = choose_implementation(self.config, [self.char_encoder], flat_ids)
+        distinct_ids, where = ALL_DISTINCT_ROWS.get_interface(implementation, unique_rows)(flat_ids[valid])
         # Under a `device_map` the encoder returns on its own device.
         embedded = encode(distinct_ids).to(where.device)[where]
         return (
@@ -853,74 +823,33 @@ class ElmoTaskEncoder(nn.Module):
             # Layer 0 is [x ; x]: its first half is the context-independent representation.
             features = torch.cat([layers[0][..., : self.projection_dim], features], dim=-1)
         if self.lstm is not None:
-            if torch.compiler.is_exporting():
-                raise RuntimeError(
-                    "a head with a task BiLSTM (task_lstm_dim > 0) cannot be exported: it packs the "
-                    "sequences by their lengths, values an exported graph cannot depend on"
-                )
-            lengths = mask.sum(dim=1).clamp(min=1).cpu()
-            packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
-            output, _ = self.lstm(packed)
-            features, _ = pad_packed_sequence(output, batch_first=True, total_length=mask.shape[1])
-            features = features * mask.unsqueeze(-1).to(features.dtype)
+            features = self.run_task_lstm(features, mask)
         return features, penalty
 
-
-def sentence_vectors(
-    layers: tuple[torch.Tensor, ...],
-    words: torch.Tensor,
-    layer_weights: list[float] | torch.Tensor | None = None,
-    word_weights: torch.Tensor | None = None,
-    common_component: list[float] | list[list[float]] | torch.Tensor | None = None,
-    reference_mean: list[float] | torch.Tensor | None = None,
-) -> torch.Tensor:
-    """
-    `v = sum_i c_i x_i / n` per row, `(batch, dim)`, over the `n` positions `words` `(batch, positions)` (bool) marks,
-    where `x_i = sum_j w_j h_ij` mixes `layers` (tensors `(batch, positions, dim)`) with `layer_weights` `w` (by
-    default the plain average) and `c_i` is `word_weights` `(batch, positions)` (by default 1: the mean). A row
-    without words gives zeros.
-
-    Then, where given, what a reference text's sentence vectors share is taken out: `reference_mean` `m` `(dim,)` is
-    subtracted (`v - m`), and each direction of `common_component`, `(dim,)` or `(k, dim)`, is projected out (its
-    rows orthonormalised: `v - U^T U v`). One direction without the mean is Arora et al.'s (2017) common component,
-    the first singular vector of a corpus's sentence vectors; the mean and the first `k` principal directions are Mu
-    and Viswanath's (2018) "all-but-the-top" (`sentence_weighting.reference_directions` estimates both).
-    """
-    reference = layers[0]
-    dim = reference.shape[-1]
-    weights = torch.full((len(layers),), 1.0 / len(layers)) if layer_weights is None else layer_weights
-    weights = torch.as_tensor(weights, dtype=reference.dtype, device=reference.device)
-    if weights.shape != (len(layers),):
-        raise ValueError(f"layer_weights needs {len(layers)} values, got shape {tuple(weights.shape)}")
-    per_word = words.to(reference.dtype)
-    if word_weights is not None:
-        if word_weights.shape != words.shape:
-            raise ValueError(
-                f"word_weights must have shape {tuple(words.shape)}, (batch, positions), got "
-                f"{tuple(word_weights.shape)}"
-            )
-        per_word = per_word * word_weights.to(reference.device, reference.dtype)
-    mixed = sum(weight * layer for weight, layer in zip(weights, layers))
-    vectors = (mixed * per_word.unsqueeze(-1)).sum(dim=1) / words.sum(dim=1, keepdim=True).clamp(min=1)
-    if reference_mean is not None:
-        mean = torch.as_tensor(reference_mean, dtype=reference.dtype, device=reference.device)
-        if mean.shape != (dim,):
-            raise ValueError(f"reference_mean must be a vector of {dim} values, got shape {tuple(mean.shape)}")
-        vectors = vectors - mean
-    if common_component is None:
-        return vectors
-    given = torch.as_tensor(common_component, dtype=reference.dtype, device=reference.device)
-    directions = given.unsqueeze(0) if given.dim() == 1 else given
-    if directions.dim() != 2 or directions.shape[1] != dim or not 0 < len(directions) <= dim:
-        raise ValueError(
-            f"common_component must be {dim} values or (k, {dim}) with 1 <= k <= {dim}, got shape {tuple(given.shape)}"
-        )
-    # Orthonormal rows spanning the same directions: R's diagonal is zero where a row depends on those before it.
-    basis, triangle = torch.linalg.qr(directions.T.to(torch.float64))
-    if bool((triangle.diagonal().abs() <= 1e-6 * directions.norm(dim=1).max()).any()):
-        raise ValueError("common_component's directions must be non-zero and linearly independent")
-    basis = basis.T.to(reference.dtype)
-    return vectors - (vectors @ basis.T) @ basis
+    def run_task_lstm(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """
+        The task BiLSTM on `features` `(batch, positions, dim)`, each direction over each row's valid positions:
+        `(batch, positions, 2 * task_lstm_dim)`, zero at padded positions. `nn.LSTM` on the packed rows; while
+        `torch.export` traces, whose graph cannot depend on the rows' lengths, its weights step by step
+        ([`run_steps`], one scan per direction).
+        """
+        if torch.compiler.is_exporting():
+            lengths, outputs = mask.sum(dim=1), []
+            for suffix in ("", "_reverse"):
+                weights = [getattr(self.lstm, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih")]
+                input_weight, recurrent_weight, bias = weights
+                bias = bias + getattr(self.lstm, f"bias_hh_l0{suffix}")
+                inputs = features if suffix == "" else reverse_valid_steps(features, lengths)
+                hidden, memory = (inputs.new_zeros(inputs.shape[0], self.lstm.hidden_size) for _ in range(2))
+                step = functools.partial(lstm_cell, recurrent_kernel=recurrent_weight.T)
+                output, _, _ = run_steps(step, inputs @ input_weight.T + bias, mask, hidden, memory)
+                outputs.append(output if suffix == "" else reverse_valid_steps(output, lengths))
+            return torch.cat(outputs, dim=-1)
+        lengths = mask.sum(dim=1).clamp(min=1).cpu()
+        packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
+        output, _ = self.lstm(packed)
+        features, _ = pad_packed_sequence(output, batch_first=True, total_length=mask.shape[1])
+        return features * mask.unsqueeze(-1).to(features.dtype)
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -1040,6 +969,11 @@ class ElmoForSequenceClassification(ElmoHeadModel):
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
         return self._as_return_dict_or_tuple(output, return_dict)
 
+    @property
+    def graph_input_names(self) -> list[str]:
+        """As for every model, and `token_type_ids` where it classifies pairs."""
+        return super().graph_input_names + (["token_type_ids"] if self.config.pair_classification else [])
+
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of `config.problem_type`, inferred from `num_labels` and the labels' dtype when unset."""
         if self.config.problem_type is None:
@@ -1136,11 +1070,11 @@ class ElmoForTokenClassification(ElmoHeadModel):
     def predict_word_labels(self, encoding) -> list[list[tuple[str, float]]]:
         """
         Word-level predictions (the `token-classification` pipeline cannot read character rows): for a tokenizer
-        output that has `word_ids()`, one `(label, probability)` per word of each sentence, labels from
-        `config.id2label`: a word of several positions (the morphemes of `korean_morphemes`) is read at its first,
-        as a model trained with labels at first positions only (-100 elsewhere) reads it. Batched pairs are not
-        supported. With `config.use_crf`, the labels are the Viterbi path and each probability is the CRF's marginal
-        probability of that label at that word.
+        output (`ElmoBatchEncoding`, which knows where each word starts), one `(label, probability)` per word of
+        each sentence, labels from `config.id2label`: a word of several positions (the morphemes of
+        `korean_morphemes`) is read at its first, as a model trained with labels at first positions only (-100
+        elsewhere) reads it. Batched pairs are not supported. With `config.use_crf`, the labels are the Viterbi path
+        and each probability is the CRF's marginal probability of that label at that word.
         """
         inputs = {
             key: encoding[key].to(self.device)
@@ -1148,7 +1082,7 @@ class ElmoForTokenClassification(ElmoHeadModel):
             if key in encoding
         }
         logits = self(**inputs).logits
-        firsts = [word_start_positions(encoding.word_ids(row)) for row in range(logits.shape[0])]
+        firsts = [encoding.word_start_positions(row) for row in range(logits.shape[0])]
         word_mask = torch.zeros(logits.shape[:2], dtype=torch.bool, device=logits.device)
         for row, positions in enumerate(firsts):
             word_mask[row, positions] = True
@@ -1379,13 +1313,6 @@ AUTO_CLASSES = {
     "AutoModelForTokenClassification": ElmoForTokenClassification,
     "AutoModelForPreTraining": ElmoForPreTraining,
 }
-# What a saved folder's `config.json` maps each Auto class to, so that any of them loads any ELMo folder with
-# `trust_remote_code=True` from the code files saved beside the weights.
-AUTO_MAP = {
-    "AutoConfig": "configuration_elmo.ElmoConfig",
-    **{auto_class: f"modeling_elmo.{model_class.__name__}" for auto_class, model_class in AUTO_CLASSES.items()},
-}
-
 __all__ = [
     "ElmoModel",
     "ElmoPreTrainedModel",

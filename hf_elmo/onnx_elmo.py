@@ -1,136 +1,68 @@
 """ELMo in ONNX: one exported graph for any batch size and sentence length, run by ONNX Runtime.
 
 [`export_onnx`] writes a folder as Optimum's exports are laid out: `model.onnx` beside `config.json` and the
-tokenizer files. The graph is traced from [`ElmoForOnnx`], a formulation of the model that reads its weights (no
-copy) and takes every LSTM as one `torch` scan over the positions, which `torch.onnx.export(dynamo=True)` turns into
-an ONNX `Scan`: the recurrence stays a loop in the graph instead of being unrolled into a fixed number of steps, so
-the positions axis stays dynamic. [`ElmoOnnxSession`] runs an exported folder with the input checks of the model.
+tokenizer files. The graph is traced from the model itself ([`ElmoForOnnx`] only names its inputs and outputs): while
+`torch.export` traces, the model runs its reference code, each LSTM as one scan over the positions
+(`modeling_elmo.run_steps`), which `torch.onnx.export(dynamo=True)` turns into an ONNX `Scan`: the recurrence stays a
+loop in the graph instead of being unrolled into a fixed number of steps, so the positions axis stays dynamic. A head
+exports as it computes, with no code here of its own. [`ElmoOnnxSession`] runs an exported folder with the input
+checks of the model.
 
 Inputs: `input_ids` `(batch, positions, max_characters_per_token)` int64 and `attention_mask` `(batch, positions)`
-int64 (right padding), then `word_input_ids` `(batch, positions)` for models with a word-embedding input and
-`token_type_ids` `(batch, positions)` for pair classifiers. Outputs: for `ElmoModel`, `last_hidden_state`
-`(batch, positions, 2 * projection_dim)` and `hidden_states`, the `n_layers + 1` layers stacked on a first axis
-(`torch.stack(output.hidden_states)`); for the heads, `logits`.
+int64 (right padding), then those the model also reads (`ElmoPreTrainedModel.graph_input_names`: `word_input_ids`
+for models with a word-embedding input, `token_type_ids` for pair classifiers), each `(batch, positions)`. Outputs:
+for `ElmoModel`, `last_hidden_state` `(batch, positions, 2 * projection_dim)` and `hidden_states`, the
+`n_layers + 1` layers stacked on a first axis (`torch.stack(output.hidden_states)`); for a head, the fields of its
+output class that it computes without labels (`logits`).
 """
 
 import contextlib
-import functools
+import dataclasses
 import json
 import logging
 import os
 import shutil
+import typing
 import warnings
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
-from torch._higher_order_ops.scan import scan
+from transformers.utils import ModelOutput
 
-from .bundled import resolve_model_name
-from .configuration_elmo import ElmoConfig
 from .errors import ElmoConversionError, first_line
 from .folders import atomic_directory
-from .modeling_elmo import (
-    ElmoForSequenceClassification,
-    ElmoForTokenClassification,
-    ElmoLstmLayer,
-    ElmoModel,
-    lstm_cell,
-    masked_pool,
-    reverse_valid_steps,
-    word_positions,
-)
+from .loading import load_model_and_tokenizer
+from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
 from .tokenization_elmo import ElmoTokenizer
 
 ONNX_FILE = "model.onnx"
-# The class a folder's `config.architectures` names -> the model its graph is exported from; any other ELMo folder
-# (`ElmoModel`, `ElmoForPreTraining`) exports its biLM.
-HEADS = {
-    "ElmoForSequenceClassification": ElmoForSequenceClassification,
-    "ElmoForTokenClassification": ElmoForTokenClassification,
-}
+# Fields of a model's output that are no graph output: the loss needs labels, the state is asked for by argument;
+# a head's hidden states are its biLM's.
+NOT_EXPORTED = {"loss", "final_state", "attentions"}
 
 
-def lstm_direction(
-    step: Callable, input_gates: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
-) -> torch.Tensor:
-    """
-    Runs `step(gates, hidden, memory) -> (new_hidden, new_memory)` over the positions of `input_gates` `(batch,
-    steps, 4 * cell_dim)` (each step's input product, bias included) as one scan, from `hidden`, `memory` `(batch,
-    dim)`. At a step where `mask` `(batch, steps)` is False a row keeps its state and outputs zeros. Returns the
-    outputs `(batch, steps, hidden_dim)`.
-    """
-
-    def combine(carry, step_inputs):
-        hidden, memory = carry
-        gates, valid = step_inputs
-        new_hidden, new_memory = step(gates, hidden, memory)
-        valid = valid[:, None]
-        carry = (torch.where(valid, new_hidden, hidden), torch.where(valid, new_memory, memory))
-        return carry, torch.where(valid, new_hidden, 0.0)
-
-    _, outputs = scan(combine, (hidden, memory), (input_gates.transpose(0, 1), mask.transpose(0, 1)))
-    return outputs.transpose(0, 1)
-
-
-def elmo_lstm_layer(layer: ElmoLstmLayer, inputs: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """
-    `layer` from a zero state on `inputs` `(batch, steps, projection_dim)` in its reading order: the reference
-    recurrence's step (`modeling_elmo.lstm_cell`) as one scan.
-    """
-    batch = inputs.shape[0]
-    hidden = inputs.new_zeros(batch, layer.recurrent_kernel.shape[0])
-    memory = inputs.new_zeros(batch, layer.cell_dim)
-    return lstm_direction(
-        functools.partial(lstm_cell, layer), inputs @ layer.input_kernel + layer.bias, mask, hidden, memory
-    )
-
-
-def task_lstm(lstm: nn.LSTM, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """
-    The heads' task BiLSTM (`nn.LSTM`, one layer, bidirectional, batch first) on `features` `(batch, steps, dim)` as
-    it runs on packed sequences: each direction over each row's valid steps only. Returns `(batch, steps, 2 * H)`,
-    zero at padded steps.
-    """
-    lengths, hidden_size = mask.sum(dim=1), lstm.hidden_size  # the scan's body may not read the module itself
-    outputs = []
-    for suffix in ("", "_reverse"):
-        weight_ih, weight_hh = getattr(lstm, f"weight_ih_l0{suffix}"), getattr(lstm, f"weight_hh_l0{suffix}")
-        bias = getattr(lstm, f"bias_ih_l0{suffix}") + getattr(lstm, f"bias_hh_l0{suffix}")
-
-        def step(input_gates, hidden, memory, weight_hh=weight_hh):
-            gates = input_gates + hidden @ weight_hh.t()
-            in_gate, forget_gate, cell_input, out_gate = gates.split(hidden_size, dim=-1)
-            new_memory = torch.sigmoid(forget_gate) * memory + torch.sigmoid(in_gate) * torch.tanh(cell_input)
-            return torch.sigmoid(out_gate) * torch.tanh(new_memory), new_memory
-
-        inputs = features if suffix == "" else reverse_valid_steps(features, lengths)
-        hidden, memory = (features.new_zeros(features.shape[0], hidden_size) for _ in range(2))
-        output = lstm_direction(step, inputs @ weight_ih.t() + bias, mask, hidden, memory)
-        outputs.append(output if suffix == "" else reverse_valid_steps(output, lengths))
-    return torch.cat(outputs, dim=-1)
+def exported_output_names(model: ElmoPreTrainedModel) -> list[str]:
+    """The fields of the output class `model.forward` returns that its graph outputs, in the class's order."""
+    returned = typing.get_type_hints(type(model).forward)["return"]
+    output_class = next(kind for kind in typing.get_args(returned) if issubclass(kind, ModelOutput))
+    skipped = NOT_EXPORTED | (set() if isinstance(model, ElmoModel) else {"hidden_states"})
+    return [field.name for field in dataclasses.fields(output_class) if field.name not in skipped]
 
 
 class ElmoForOnnx(nn.Module):
     """
-    An `ElmoModel`, `ElmoForSequenceClassification` or `ElmoForTokenClassification` computed as the export needs:
-    the same weights and results, every LSTM as a scan over positions, no input checks (a graph cannot raise on
-    values: [`ElmoOnnxSession`] checks the inputs) and outputs as a tuple of tensors, named by `output_names`.
+    An ELMo model as the export traces it: called with the graph's inputs by name (`input_names`), it returns the
+    model's outputs as a tuple of tensors, named by `output_names` (the biLM's layers stacked into one tensor).
     """
 
-    def __init__(self, model: ElmoModel | ElmoForSequenceClassification | ElmoForTokenClassification):
+    def __init__(self, model: ElmoPreTrainedModel):
         super().__init__()
         self.model = model
-        self.elmo = model if isinstance(model, ElmoModel) else model.elmo
         self.config = model.config
-        self.input_names = ["input_ids", "attention_mask"]
-        if self.config.word_input_vocab_size is not None:
-            self.input_names.append("word_input_ids")
-        if isinstance(model, ElmoForSequenceClassification) and self.config.pair_classification:
-            self.input_names.append("token_type_ids")
-        self.output_names = ["last_hidden_state", "hidden_states"] if model is self.elmo else ["logits"]
+        self.input_names = model.graph_input_names
+        self.output_names = exported_output_names(model)
 
     def forward(
         self,
@@ -139,51 +71,12 @@ class ElmoForOnnx(nn.Module):
         word_input_ids: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        mask = attention_mask.bool()
-        layers = self.bilm_layers(input_ids, mask, word_input_ids)
-        if self.model is self.elmo:
-            return layers[-1], torch.stack(layers)
-        features = self.task_features(layers, mask)
-        if isinstance(self.model, ElmoForTokenClassification):
-            return (self.model.classifier(features),)
-        words = word_positions(input_ids, mask, self.config)
-        pooling = self.config.pooling
-        if self.config.pair_classification:
-            second = token_type_ids.bool()
-            u, v = masked_pool(features, words & ~second, pooling), masked_pool(features, words & second, pooling)
-            pooled = torch.cat([u, v, (u - v).abs(), u * v], dim=-1)
-        else:
-            pooled = masked_pool(features, words, pooling)
-        return (self.model.classifier(pooled),)
-
-    def bilm_layers(
-        self, input_ids: torch.LongTensor, mask: torch.Tensor, word_input_ids: torch.LongTensor | None
-    ) -> list[torch.Tensor]:
-        """The `n_layers + 1` layers of `ElmoModel.hidden_states`, each `(batch, positions, 2 * projection_dim)`."""
-        bilm, dim = self.elmo.bilm, self.config.projection_dim
-        lengths = mask.sum(dim=1)
-        tokens = self.elmo.embed_words(input_ids, mask, word_input_ids)
-        layers = [torch.cat([tokens, tokens], dim=-1)]
-        for index, (forward_layer, backward_layer) in enumerate(zip(bilm.forward_layers, bilm.backward_layers)):
-            forward_input = layers[-1][..., :dim]
-            # The backward stack reads each row from its last valid position.
-            backward_input = reverse_valid_steps(layers[-1][..., dim:], lengths)
-            forward_output = elmo_lstm_layer(forward_layer, forward_input, mask)
-            backward_output = elmo_lstm_layer(backward_layer, backward_input, mask)
-            if bilm.use_skip_connections and index > 0:
-                forward_output, backward_output = forward_output + forward_input, backward_output + backward_input
-            layers.append(torch.cat([forward_output, reverse_valid_steps(backward_output, lengths)], dim=-1))
-        return layers
-
-    def task_features(self, layers: list[torch.Tensor], mask: torch.Tensor) -> torch.Tensor:
-        """What `ElmoTaskEncoder` computes from the layers: the ELMo mix, the token layer beside it, the BiLSTM."""
-        encoder = self.model.task_encoder
-        features = encoder.mix(tuple(layers), mask)
-        if encoder.concat_token_representation:
-            features = torch.cat([layers[0][..., : self.config.projection_dim], features], dim=-1)
-        if encoder.lstm is not None:
-            features = task_lstm(encoder.lstm, features, mask)
-        return features
+        given = {"word_input_ids": word_input_ids, "token_type_ids": token_type_ids}
+        inputs = {name: value for name, value in given.items() if value is not None}
+        layers_wanted = "hidden_states" in self.output_names
+        output = self.model(input_ids, attention_mask, output_hidden_states=layers_wanted, return_dict=True, **inputs)
+        stacked = {"hidden_states": torch.stack(output.hidden_states)} if layers_wanted else {}
+        return tuple(stacked.get(name, output.get(name)) for name in self.output_names)
 
 
 def example_inputs(forward: ElmoForOnnx, tokenizer: ElmoTokenizer) -> dict[str, torch.Tensor]:
@@ -196,21 +89,14 @@ def example_inputs(forward: ElmoForOnnx, tokenizer: ElmoTokenizer) -> dict[str, 
 
 
 def load_for_export(model_dir: str | os.PathLike) -> tuple[ElmoForOnnx, ElmoTokenizer]:
-    """The model of a folder or a bundled model's name (by its `config.architectures`, in float32 and eval mode) and
-    its tokenizer."""
+    """
+    The model of a folder or a bundled model's name, as `loading.load_model_and_tokenizer` loads it (the head its
+    `config.architectures` names, else the biLM), in float32, and its tokenizer.
+    """
     try:
-        path = resolve_model_name(str(model_dir), hub=False)
+        model, tokenizer = load_model_and_tokenizer(model_dir, hub=False, dtype=torch.float32)
     except ValueError as error:
         raise ElmoConversionError(str(error)) from error
-    try:
-        config = ElmoConfig.from_pretrained(path)
-        model_class = next((HEADS[name] for name in config.architectures or [] if name in HEADS), ElmoModel)
-        model = model_class.from_pretrained(path, dtype=torch.float32).eval()
-        tokenizer = ElmoTokenizer.from_pretrained(path)
-    except (OSError, ValueError) as error:
-        raise ElmoConversionError(f"{model_dir} could not be loaded as an hf_elmo model: {error}") from error
-    if tokenizer.max_characters_per_token != config.max_characters_per_token:  # a folder without tokenizer files
-        tokenizer = ElmoTokenizer(config.max_characters_per_token)
     return ElmoForOnnx(model).eval(), tokenizer
 
 

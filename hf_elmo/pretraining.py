@@ -31,9 +31,8 @@ from transformers import HfArgumentParser, Trainer, TrainingArguments
 
 from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
-from .bundled import resolve_model_name
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
-from .errors import first_line
+from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
 from .text_files import read_sentences
@@ -483,16 +482,11 @@ def final_metrics(trainer: Trainer) -> dict[str, float]:
 
 
 def load_pretrained(model_args: ModelArguments) -> tuple[ElmoForPreTraining, ElmoTokenizer]:
-    """The model `--model-name-or-path` names (a folder, a bundled model or a Hub id: `resolve_model_name`) and its
+    """The model `--model-name-or-path` names (a folder, a bundled model or a Hub id: `hf_elmo.loading`) and its
     tokenizer; a one-line `ValueError` when they do not load or do not match."""
     name = model_args.model_name_or_path
-    folder_or_id = resolve_model_name(name)
     dropout = {} if model_args.lstm_dropout is None else {"lstm_dropout": model_args.lstm_dropout}
-    try:
-        model = ElmoForPreTraining.from_pretrained(folder_or_id, **dropout)
-        tokenizer = ElmoTokenizer.from_pretrained(folder_or_id)
-    except (OSError, ValueError, TypeError, RuntimeError) as error:
-        raise ValueError(f"cannot load {name} as an hf_elmo model: {first_line(error)}") from error
+    model, tokenizer = load_model_and_tokenizer(name, ElmoForPreTraining, **dropout)
     if model.config.word_vocab_size != tokenizer.word_vocab_size:
         raise ValueError(f"{name} has no word softmax of its tokenizer's vocabulary")
     return model, tokenizer

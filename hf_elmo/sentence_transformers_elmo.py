@@ -1,7 +1,7 @@
 """ELMo in sentence-transformers: `SentenceTransformer(folder)` returns hf_elmo's own sentence vector.
 
 Needs the `sentence-transformers` extra. A folder saved by a biLM's `save_pretrained` names
-[`ElmoSentenceEncoder`] in its `modules.json` (see `sentence_transformers_files`); sentence-transformers imports a
+[`ElmoSentenceEncoder`] in its `modules.json` (see `folder_layout`); sentence-transformers imports a
 module class from outside its own package only with `trust_remote_code=True`, which here allows importing this
 installed module: the folder's own code files are not run.
 """
@@ -12,8 +12,8 @@ from typing import Any
 import torch
 from sentence_transformers.base.modules import InputModule
 
+from .folder_layout import ENCODER_CONFIG_FILE, SIF_A
 from .modeling_elmo import ElmoModel
-from .sentence_transformers_files import ENCODER_CONFIG_FILE, SIF_A
 from .sentence_weighting import WordCounts, weighted_encoding
 from .tokenization_elmo import ElmoTokenizer
 
@@ -34,7 +34,7 @@ class ElmoSentenceEncoder(InputModule):
         layer_weights (`list[float]`, *optional*): one weight per layer, used as given.
         max_seq_length (`int`, *optional*): positions kept per text, `<S>` and `</S>` included (the tokenizer's
             `max_length`); all when `None`.
-        sif_a (`float`, *optional*): SIF's `a`, by default `sentence_transformers_files.SIF_A`; `None` weighs every
+        sif_a (`float`, *optional*): SIF's `a`, by default `folder_layout.SIF_A`; `None` weighs every
             word alike even with word counts.
         common_component (`list[float]` or `list[list[float]]`, *optional*): one direction (`2 * projection_dim`
             values) or `k` of them, projected out of every vector (estimated on a reference text with

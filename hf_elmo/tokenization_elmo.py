@@ -97,6 +97,10 @@ class ElmoBatchEncoding(BatchEncoding):
             raise ValueError("word_ids() is only available on the output of the tokenizer's __call__")
         return self._word_ids[batch_index]
 
+    def word_start_positions(self, batch_index: int = 0) -> list[int]:
+        """The position where each word of sequence `batch_index` starts ([`word_start_positions`] of `word_ids()`)."""
+        return word_start_positions(self.word_ids(batch_index))
+
     def pool_to_words(self, hidden):
         """
         [`pool_to_words`] with this batch's `word_ids()`: `hidden` `(..., batch, positions, dim)` -> one vector per

@@ -4,8 +4,8 @@ import json
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, load_without_hf_elmo, tiny_config, write_original_checkpoint
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoTokenizer
+from utils import FLOAT32_TOLERANCE, load_without_hf_elmo, tiny_config, write_original_checkpoint
 
 from hf_elmo import (
     ElmoConfig,

@@ -10,13 +10,13 @@ from pathlib import Path
 import h5py
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, load_without_hf_elmo
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
+from utils import FLOAT32_TOLERANCE, load_without_hf_elmo
 
 import hf_elmo
 from hf_elmo import BUNDLED_MODELS, ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, bundled_model_path
-from hf_elmo.bundled import resolve_model_name
 from hf_elmo.cli import main as cli_main
+from hf_elmo.loading import resolve_model_name
 from hf_elmo.onnx_elmo import load_for_export
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -1,6 +1,7 @@
 """The `hf-elmo` command, run as a real subprocess on a small converted checkpoint, outputs read back and compared
 with `ElmoModel`."""
 
+import ast
 import gzip
 import json
 import os
@@ -15,7 +16,7 @@ import numpy as np
 import pytest
 import tomllib
 import torch
-from conftest import (
+from utils import (
     FLOAT32_TOLERANCE,
     convert_args,
     converted_tiny_model,
@@ -26,9 +27,11 @@ from conftest import (
     write_original_checkpoint,
 )
 
+import hf_elmo.command_line
 import hf_elmo_launcher
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.cli import main
+from hf_elmo.command_line import parse_command
 from hf_elmo.configuration_elmo import CPU_MATMULS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,9 +50,19 @@ def model(model_dir) -> ElmoModel:
 def test_console_script_is_declared():
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
     assert scripts["hf-elmo"] == "hf_elmo_launcher:main"
-    assert main is hf_elmo_launcher.main  # `python -m hf_elmo.cli` is the same command
-    # The launcher names the choices of --cpu-matmul without importing the config module that checks them.
-    assert hf_elmo_launcher.CPU_MATMULS == CPU_MATMULS
+    # `python -m hf_elmo.cli` is the same command: the launcher parses with the file hf_elmo.cli imports.
+    assert hf_elmo_launcher.command_line.__file__ == hf_elmo.command_line.__file__
+    assert hf_elmo_launcher.command_line.parse_command.__code__.co_code == parse_command.__code__.co_code
+
+
+def test_the_package_never_imports_the_launcher():
+    """The launcher runs the package's command line; the package importing it back would close a circle."""
+    for path in (ROOT / "hf_elmo").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                assert all(alias.name != "hf_elmo_launcher" for alias in node.names), path
+            elif isinstance(node, ast.ImportFrom):
+                assert node.module != "hf_elmo_launcher", path
 
 
 def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path):
@@ -589,3 +602,14 @@ def test_embed_cpu_matmul_reaches_the_model(model_dir, model, tmp_path):
         assert not torch.allclose(quantized, expected, atol=FLOAT32_TOLERANCE)
         assert torch.nn.functional.cosine_similarity(quantized, expected, dim=-1).min() > 0.99
     assert run_cli("embed", model_dir, tmp_path / "in.txt", tmp_path / "x.h5", "--cpu-matmul", "mkl").returncode == 2
+
+
+def test_a_cpu_matmul_the_config_does_not_know_is_an_argument_error(model_dir, tmp_path, capsys):
+    """The parser has no choices for --cpu-matmul (it cannot import the config, which names them): the command
+    checks the value against the config's names before loading anything, with argparse's exit status."""
+    (tmp_path / "in.txt").write_text("the cat\n", encoding="utf-8")
+    argv = ["embed", model_dir, tmp_path / "in.txt", tmp_path / "out.h5", "--top", "--cpu-matmul", "mkl"]
+    assert main(list(map(str, argv))) == 2
+    names = ", ".join(CPU_MATMULS)
+    assert capsys.readouterr().err == f"hf-elmo: error: --cpu-matmul must be one of {names}, got 'mkl'\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]

@@ -5,8 +5,8 @@ import re
 
 import numpy as np
 import pytest
-from conftest import tiny_config
 from transformers import AutoConfig, PreTrainedConfig
+from utils import tiny_config
 
 from hf_elmo import ElmoConfig, ElmoModel
 from hf_elmo.alphabet_elmo import MARKER_ROLES

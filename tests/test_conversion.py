@@ -7,7 +7,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import convert_args, random_original_arrays, tiny_config, write_original_checkpoint
+from utils import convert_args, random_original_arrays, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.conversion_original import convert_original, export_original, load_original, resolve_file

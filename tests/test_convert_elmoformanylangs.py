@@ -20,11 +20,11 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE
 from elmoformanylangs import Embedder
 from elmoformanylangs.frontend import Model
 from elmoformanylangs.modules.embedding_layer import EmbeddingLayer
 from transformers import AutoModel, AutoTokenizer
+from utils import FLOAT32_TOLERANCE
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main

@@ -12,8 +12,8 @@ import copy
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, tiny_config
 from fake_device import FAKE_DEVICE, DeviceTensor, FakeDevice
+from utils import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, tiny_config
 
 from hf_elmo import (
     ElmoForPreTraining,
@@ -37,8 +37,8 @@ BILM_FORWARD = {
     ("modeling_elmo.ElmoModel.embed_words", "index.Tensor"): 1,
     ("modeling_elmo.ElmoModel.embed_words", "index_put.default"): 1,
     # the distinct words: the largest id (how many bits a key packs), then the first row of each distinct key
-    ("kernels_elmo.distinct_rows", "_local_scalar_dense.default"): 1,
-    ("kernels_elmo.distinct_rows", "index.Tensor"): 1,
+    ("kernels_char_cnn.distinct_rows", "_local_scalar_dense.default"): 1,
+    ("kernels_char_cnn.distinct_rows", "index.Tensor"): 1,
 }
 # The packing of the valid steps (`PackedSteps.of`): its one transfer, a copy of the mask from which the host works out
 # the layout. Inference packs once per layer and direction; training once per layer, for both directions.
@@ -51,7 +51,7 @@ TRAINING_FORWARD = {**BILM_FORWARD, PACKING: N_LAYERS}
 BILM_BACKWARD = {("backward of IndexPutBackward0", "index.Tensor"): 1}
 # A task BiLSTM packs the rows by their lengths, which PyTorch takes on the CPU; unpacking, PyTorch's
 # `pad_packed_sequence` copies the rows' order to the CPU too, to order the lengths it returns.
-TASK_BILSTM = {("modeling_elmo.ElmoTaskEncoder.forward", "_to_copy.default"): 2}
+TASK_BILSTM = {("modeling_elmo.ElmoTaskEncoder.run_task_lstm", "_to_copy.default"): 2}
 # Pre-training keeps each direction's predicted positions (boolean masks on its states and its targets) and counts
 # them (to split the losses), and checks the smallest and largest word id; the gradient of each kept selection of
 # states reads its mask again.

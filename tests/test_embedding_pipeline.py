@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import (
+from utils import (
     FLOAT32_TOLERANCE,
     PROJECT_ROOT,
     converted_tiny_model,
@@ -28,15 +28,15 @@ from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main
 from hf_elmo.embedding_pipeline import (
     DeferredStop,
-    EmbedError,
     EmbedSettings,
-    Processes,
+    JobProcess,
     batch_lines,
     embed_file,
     open_output,
     run_identity,
     text_lines,
 )
+from hf_elmo.errors import CommandError
 from hf_elmo.text_files import UndecodableLine
 
 ROOT = PROJECT_ROOT
@@ -88,7 +88,7 @@ def test_deferred_stop_stops_between_batches_and_restores_the_handlers(tmp_path)
     with DeferredStop() as stop:
         stop.check(tmp_path, 3)  # no signal yet: the run goes on
         os.kill(os.getpid(), signal.SIGINT)  # recorded, not raised
-        with pytest.raises(EmbedError, match=f"stopped by signal {int(signal.SIGINT)} after 4 lines") as stopped:
+        with pytest.raises(CommandError, match=f"stopped by signal {int(signal.SIGINT)} after 4 lines") as stopped:
             stop.check(tmp_path, 4)
     assert stopped.value.code == 128 + signal.SIGINT
     assert signal.getsignal(signal.SIGINT) is previous
@@ -105,13 +105,13 @@ def test_embed_file_writes_every_line_and_resumes_only_its_own_run(tiny_model, t
     lines = ["the cat sat", "", "a dog", "the mat"]
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
     identity = run_identity(tmp_path / "in.txt", "tiny", tiny_model, {"layers": "top"})
-    processes = Processes()
+    process = JobProcess()
     counts = embed_file(
         tiny_model,
         tiny_tokenizer,
         tmp_path / "in.txt",
         tmp_path / "out",
-        processes,
+        process,
         embed_settings(),
         identity=identity,
         output_format="npy",
@@ -131,13 +131,13 @@ def test_embed_file_writes_every_line_and_resumes_only_its_own_run(tiny_model, t
 
     open_output("npy", tmp_path / "stopped", identity, resume=False)  # a run stopped before its first line
     state = (tmp_path / "stopped.parts" / "hf_elmo_embed.json").read_text()
-    with pytest.raises(EmbedError, match=r"cannot resume .*stopped\.parts: it holds a run with another layers \("):
+    with pytest.raises(CommandError, match=r"cannot resume .*stopped\.parts: it holds a run with another layers \("):
         embed_file(
             tiny_model,
             tiny_tokenizer,
             tmp_path / "in.txt",
             tmp_path / "stopped",
-            processes,
+            process,
             embed_settings(layers="all"),
             identity={**identity, "layers": "all"},
             output_format="npy",

@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, tiny_config
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
+from utils import FLOAT32_TOLERANCE, tiny_config
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 

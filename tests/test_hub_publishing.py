@@ -5,8 +5,8 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import convert_args, tiny_config, write_original_checkpoint
 from huggingface_hub import HfApi
+from utils import convert_args, tiny_config, write_original_checkpoint
 
 SCRIPT = Path(__file__).resolve().parents[1] / "conversion" / "convert_allennlp_elmo.py"
 

@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from conftest import (
+from utils import (
     assert_close_in_bfloat16,
     assert_outputs_match,
     min_cosine,

@@ -1,22 +1,23 @@
 """
 The inference recurrence (`lstm_layer_in_place`) against the reference recurrence of `modeling_elmo`
-(`lstm_layer_reference`), fp32 within `FLOAT32_TOLERANCE`: padded batches, initial state, chunks of steps, repeated
+(`lstm_layers_reference`), fp32 within `FLOAT32_TOLERANCE`: padded batches, initial state, chunks of steps, repeated
 words, long sentences in windows, and the fixture checkpoint.
 """
 
 import pytest
 import torch
-from conftest import (
+from utils import (
     FLOAT32_TOLERANCE,
     assert_close_in_bfloat16,
     assert_outputs_match,
     random_batch,
     random_state,
     run_model,
+    spy_on_implementations,
     tiny_config,
 )
 
-from hf_elmo import ElmoModel, kernels_elmo, kernels_lstm_inference
+from hf_elmo import ElmoModel, kernels_lstm_inference
 from hf_elmo.kernels_lstm_inference import gate_chunks
 
 
@@ -167,13 +168,11 @@ def test_bfloat16_weights_take_the_fast_recurrence(monkeypatch):
     config = tiny_config()
     model = ElmoModel(config).eval().to(torch.bfloat16)
     input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
-    calls = []
-    dispatch = kernels_elmo.dispatch
-    monkeypatch.setattr("hf_elmo.modeling_elmo.dispatch", lambda *args: calls.append(dispatch(*args)) or calls[-1])
+    calls = spy_on_implementations(monkeypatch)
     exact = run_model(model, input_ids, mask, False, monkeypatch)
     fast = run_model(model, input_ids, mask, True, monkeypatch)
-    lstm_calls = [call.__name__ for call in calls if "lstm" in call.__name__]
-    assert lstm_calls == ["lstm_layer_reference"] * 4 + ["lstm_layer_in_place"] * 4
+    lstm_calls = [call for call in calls if "lstm" in call]
+    assert lstm_calls == ["lstm_layers_reference"] * 2 + ["lstm_layers_in_place"] * 2
     assert fast.last_hidden_state.dtype == torch.bfloat16
     for index, (fast_layer, exact_layer) in enumerate(zip(fast.hidden_states, exact.hidden_states, strict=True)):
         assert_close_in_bfloat16(fast_layer, exact_layer, f"layer {index}")

@@ -9,7 +9,7 @@ import time
 
 import pytest
 import torch
-from conftest import (
+from utils import (
     BFLOAT16_TOLERANCE,
     FLOAT32_TOLERANCE,
     GRADIENT_TOLERANCE,
@@ -30,9 +30,9 @@ from hf_elmo.kernels_cpu_products import blas_product
 from hf_elmo.kernels_lstm_training import (
     DirectionSettings,
     ElmoLstmLayerFunction,
-    lstm_layer_with_handwritten_backward,
+    lstm_layers_with_handwritten_backward,
 )
-from hf_elmo.modeling_elmo import ElmoLstmLayer, lstm_layer_reference
+from hf_elmo.modeling_elmo import ElmoLstmLayer, lstm_layers_reference
 
 # Gradients of the hand-written backward (`ElmoLstmLayerFunction`) against autograd through the reference loop.
 
@@ -215,7 +215,7 @@ def test_directions_trained_together_match_each_layer_trained_alone(threads, mon
     with torch_threads(threads):
         for together in (True, False):
             if not together:
-                monkeypatch.setattr("hf_elmo.modeling_elmo.trains_directions_together", lambda *args: False)
+                monkeypatch.setattr("hf_elmo.modeling_elmo.runs_only_its_forward", lambda layer: False)
             results[together] = bilm_results_and_gradients(bilm, *leaves, True, monkeypatch)
             assert torch.get_num_threads() == threads
     (together, together_gradients), (alone, alone_gradients) = results[True], results[False]
@@ -262,21 +262,21 @@ def test_handwritten_backward_passes_the_gradient_at_a_clip_boundary(clip):
     hidden, memory = torch.zeros(2, config.projection_dim), torch.zeros(2, config.cell_dim)
 
     def first_step_value(run):
-        outputs, _, memory_after = run(layer, inputs[:, :1], mask[:, :1], hidden, memory)
+        [(outputs, _, memory_after)] = run([layer], [inputs[:, :1]], mask[:, :1], [hidden], [memory])
         return (memory_after if clip == "cell_clip" else outputs[:, 0])[0, 0].abs().item()
 
     gradients = {}
-    for run in (lstm_layer_reference, lstm_layer_with_handwritten_backward):
+    for run in (lstm_layers_reference, lstm_layers_with_handwritten_backward):
         setattr(layer, clip, None)
         boundary = first_step_value(run)
         setattr(layer, clip, boundary)
         assert first_step_value(run) == boundary
-        outputs, _, final_memory = run(layer, inputs, mask, hidden, memory)
+        [(outputs, _, final_memory)] = run([layer], [inputs], mask, [hidden], [memory])
         parameters = dict(layer.named_parameters())
         loss = outputs.sum() + final_memory.sum()
         gradients[run.__name__] = dict(zip(parameters, torch.autograd.grad(loss, list(parameters.values()))))
     assert_gradients_match(
-        gradients["lstm_layer_with_handwritten_backward"], gradients["lstm_layer_reference"], **GRADIENT_TOLERANCE
+        gradients["lstm_layers_with_handwritten_backward"], gradients["lstm_layers_reference"], **GRADIENT_TOLERANCE
     )
 
 

@@ -9,7 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, read_hdf5, reference_layers, tiny_config
+from utils import FLOAT32_TOLERANCE, read_hdf5, reference_layers, tiny_config
 
 from hf_elmo import ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main

@@ -8,7 +8,7 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, min_cosine, tiny_config
+from utils import FLOAT32_TOLERANCE, min_cosine, tiny_config
 
 from hf_elmo import (
     ElmoForPreTraining,
@@ -504,6 +504,17 @@ def test_a_state_dict_that_disagrees_with_the_config_is_refused(tiny_model):
         ElmoModel.from_pretrained(None, config=tiny_config(n_layers=3), state_dict=state_dict)
     loaded = ElmoModel.from_pretrained(None, config=tiny_config(), state_dict=state_dict)
     assert all(torch.equal(weight, state_dict[name]) for name, weight in loaded.state_dict().items())
+
+
+def test_an_empty_state_dict_with_a_config_initialises_every_weight():
+    """transformers' convention (`test_can_init_all_missing_weights`): no checkpoint, so nothing is refused."""
+    torch.manual_seed(0)
+    loaded = ElmoModel.from_pretrained(None, config=tiny_config(), state_dict={})
+    torch.manual_seed(0)
+    initialised = ElmoModel(tiny_config())
+    assert loaded.state_dict().keys() == initialised.state_dict().keys()
+    assert all(weight.isfinite().all() for weight in loaded.state_dict().values())
+    assert loaded.bilm.forward_layers[0].bias.abs().max() == 0  # as `_init_weights` sets it
 
 
 @pytest.mark.parametrize(

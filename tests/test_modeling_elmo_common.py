@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, tiny_config
+from utils import FLOAT32_TOLERANCE, spy_on_implementations, tiny_config
 
 from hf_elmo import (
     ElmoConfig,
@@ -16,7 +16,6 @@ from hf_elmo import (
     ElmoForTokenClassification,
     ElmoModel,
     ElmoTokenizer,
-    kernels_elmo,
 )
 
 ALL_MODEL_CLASSES = (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForPreTraining)
@@ -238,11 +237,16 @@ def test_torch_export_agrees_with_eager(tester, model_class):
         assert max_difference(exported(batch["input_ids"], batch["attention_mask"])[0], eager) <= FLOAT32_TOLERANCE
 
 
-def test_torch_export_of_a_head_with_a_task_bilstm_is_refused(tester):
+def test_torch_export_of_a_head_with_a_task_bilstm_agrees_with_eager(tester):
+    """The task BiLSTM reads each row's valid positions: traced as scans, on rows of other lengths too."""
     model = tester.create_model(ElmoForSequenceClassification, task_lstm_dim=3)
     inputs = tester.prepare_inputs()
-    with pytest.raises(RuntimeError, match="task BiLSTM"):
-        torch.export.export(model, (inputs["input_ids"], inputs["attention_mask"]))
+    exported = torch.export.export(model, (inputs["input_ids"], inputs["attention_mask"])).module()
+    other = tester.prepare_inputs([["another", "one", "here"], ["and", "a", "second", "one", "of", "seven", "words"]])
+    for batch in (inputs, other):
+        with torch.no_grad():
+            eager = model(batch["input_ids"], batch["attention_mask"])[0]
+        assert max_difference(exported(batch["input_ids"], batch["attention_mask"])[0], eager) <= FLOAT32_TOLERANCE
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -260,19 +264,6 @@ OFFLOAD_MAPS = {
         "bilm.backward_layers.1": "disk",
     },
 }
-
-
-def spy_on_dispatch(monkeypatch) -> list[str]:
-    """The names of the functions `dispatch` returns from now on, in order."""
-    calls, dispatch = [], kernels_elmo.dispatch
-
-    def spy(*args):
-        chosen = dispatch(*args)
-        calls.append(chosen.__name__)
-        return chosen
-
-    monkeypatch.setattr("hf_elmo.modeling_elmo.dispatch", spy)
-    return calls
 
 
 def head_labels(model_class) -> torch.Tensor:
@@ -297,10 +288,10 @@ def test_disk_offload_gives_the_outputs_of_the_whole_model(tester, tmp_path, nam
         tmp_path / "model", device_map=OFFLOAD_MAPS[name], offload_folder=tmp_path / "offload"
     ).eval()
     assert any(parameter.device.type == "meta" for parameter in offloaded.parameters())
-    calls = spy_on_dispatch(monkeypatch)
+    calls = spy_on_implementations(monkeypatch)
     with torch.no_grad():
         output = offloaded(**inputs, output_hidden_states=True, return_final_state=True)
-    assert set(calls) == {"max_pooled_by_matmul", "lstm_layer_in_place"}  # the fast kernels, hooks and all
+    assert set(calls) == {"distinct_rows", "max_pooled_by_matmul", "lstm_layers_in_place"}  # kernels, hooks and all
     for got, want in zip(
         (*output.hidden_states, *output.final_state), (*expected.hidden_states, *expected.final_state), strict=True
     ):
@@ -309,7 +300,7 @@ def test_disk_offload_gives_the_outputs_of_the_whole_model(tester, tmp_path, nam
     calls.clear()
     trained = offloaded(**inputs)
     trained.last_hidden_state.square().sum().backward()
-    assert "lstm_layer_with_handwritten_backward" in calls
+    assert "lstm_layers_with_handwritten_backward" in calls
     assert max_difference(trained.last_hidden_state, expected.last_hidden_state) <= FLOAT32_TOLERANCE
 
 

@@ -2,9 +2,9 @@
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, tiny_config
 from torch.nn import functional as F
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
+from utils import FLOAT32_TOLERANCE, tiny_config
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoScalarMix
 

@@ -2,8 +2,8 @@
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, tiny_config
 from transformers import pipeline
+from utils import FLOAT32_TOLERANCE, tiny_config
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
 

@@ -13,10 +13,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, tiny_config, torch_threads
 from transformers import EvalPrediction
+from utils import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, tiny_config, torch_threads
 
-from hf_elmo import ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, kernels_cpu_products, modeling_elmo
+from hf_elmo import (
+    ElmoForSequenceClassification,
+    ElmoModel,
+    ElmoTokenizer,
+    kernels_cpu_products,
+    kernels_elmo,
+    modeling_elmo,
+)
 from hf_elmo.modeling_elmo import ElmoForPreTraining
 from hf_elmo.pretraining import (
     NEGATIVE_SAMPLES,
@@ -139,16 +146,15 @@ def test_fast_training_path_gives_the_reference_loss_and_gradients(vocab_tokeniz
     """
     A training step's sampled loss and every gradient (character CNN, biLM, softmax) on sentences of uneven lengths:
     the default path (recurrence on the valid positions, hand-written backward) against autograd through the
-    reference code, with the same negatives. (The recurrence alone is also checked in float64 in test_kernels_elmo.)
+    reference code, with the same negatives. (The recurrence alone is also checked in float64 in
+    test_kernels_lstm_training.)
     """
     model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).train().to(device)
     batch = uneven_batch(vocab_tokenizer, random.Random(0), 7).to(device)
     fast_calls = []
-    handwritten = modeling_elmo.lstm_layers_with_handwritten_backward
-    monkeypatch.setattr(
-        modeling_elmo,
-        "lstm_layers_with_handwritten_backward",
-        lambda *args: fast_calls.append(1) or handwritten(*args),
+    handwritten = kernels_elmo.ALL_RECURRENCES["training"]
+    monkeypatch.setitem(
+        kernels_elmo.ALL_RECURRENCES, "training", lambda *args: fast_calls.append(1) or handwritten(*args)
     )
     results = {}
     for implementation in ("reference", "auto"):

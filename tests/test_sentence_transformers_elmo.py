@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
+from utils import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.conversion_original import convert_original
+from hf_elmo.folder_layout import ENCODER_CLASS, SIF_A
 from hf_elmo.pretraining import build_word_vocab
 from hf_elmo.pretraining import main as pretraining_main
-from hf_elmo.sentence_transformers_files import ENCODER_CLASS, SIF_A
 from hf_elmo.sentence_weighting import WORD_COUNTS_FILE, WordCounts, common_component, reference_directions
 
 pytest.importorskip("sentence_transformers")

@@ -6,7 +6,7 @@ from collections import Counter
 
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE
+from utils import FLOAT32_TOLERANCE
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.pretraining import build_word_vocab

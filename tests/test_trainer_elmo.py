@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import tiny_config, torch_threads
 from trainer_data import ENTITY_LABELS, entity_dataset, sentence_dataset
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
+from utils import tiny_config, torch_threads
 
 from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 

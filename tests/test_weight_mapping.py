@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import FLOAT32_TOLERANCE, random_original_arrays, tiny_config
+from utils import FLOAT32_TOLERANCE, random_original_arrays, tiny_config
 
 from hf_elmo import ElmoModel
 from hf_elmo.weight_mapping import (

@@ -31,8 +31,8 @@ import torch
 
 import hf_elmo
 from hf_elmo import ElmoTokenizer
+from hf_elmo.folder_layout import ENCODER_CONFIG_FILE, SIF_A
 from hf_elmo.model_card import write_model_card
-from hf_elmo.sentence_transformers_files import ENCODER_CONFIG_FILE, SIF_A
 from hf_elmo.sentence_weighting import WordCounts, reference_directions, weighted_encoding
 
 BUNDLED_DIR = Path(hf_elmo.__file__).resolve().parent / "bundled"

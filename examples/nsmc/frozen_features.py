@@ -21,7 +21,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.bundled import resolve_model_name
+from hf_elmo.loading import resolve_model_name
 from hf_elmo.modeling_elmo import masked_pool, word_positions
 
 

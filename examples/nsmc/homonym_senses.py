@@ -30,7 +30,7 @@ import torch
 from transformers.utils import logging
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.bundled import resolve_model_name
+from hf_elmo.loading import resolve_model_name
 from hf_elmo.tokenization_elmo import pool_to_words
 
 DATA = Path(__file__).resolve().parent / "homonyms.tsv"

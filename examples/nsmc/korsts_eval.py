@@ -5,7 +5,7 @@
 
 The measure is the usual unsupervised one: the Spearman correlation (x 100) between the cosine of the two sentence
 vectors of each of the 1,500 pairs and its gold score (../shared/data/korsts/README.md). Every vector is hf_elmo's
-own, `modeling_elmo.sentence_vectors` (what `ElmoModel.sentence_embedding` returns) on the biLM's layers, run once:
+own, `sentence_vectors.sentence_vectors` (what `ElmoModel.sentence_embedding` returns) on the biLM's layers, run once:
 
 - layers: each alone, the average of all (the default), the average of layers 0 and 1;
 - word weights: the plain mean, and SIF's `a / (a + p(w))` for each `--a`, `p(w)` from the folder's
@@ -28,7 +28,8 @@ import torch
 from scipy.stats import spearmanr
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.modeling_elmo import sentence_vectors, valid_positions, word_positions
+from hf_elmo.modeling_elmo import valid_positions, word_positions
+from hf_elmo.sentence_vectors import sentence_vectors
 from hf_elmo.sentence_weighting import WordCounts, common_component, reference_directions
 
 KORSTS = Path(__file__).resolve().parents[3] / "shared" / "data" / "korsts" / "sts-dev.tsv"

@@ -12,7 +12,7 @@ import argparse
 import json
 
 from hf_elmo import ElmoTokenizer
-from hf_elmo.bundled import resolve_model_name
+from hf_elmo.loading import resolve_model_name
 from hf_elmo.pretraining import SplitText, count_unknown_words
 
 

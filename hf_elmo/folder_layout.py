@@ -1,4 +1,8 @@
-"""The files that make a saved biLM folder a sentence-transformers model, written without sentence-transformers.
+"""What an hf_elmo model folder holds beside transformers' own files, written by `save_pretrained`.
+
+- `auto_map` in `config.json` ([`auto_map`]): every ELMo Auto class, so that any of them loads any ELMo folder with
+  `trust_remote_code=True` from the code files saved beside the weights.
+- The files that make a biLM folder a sentence-transformers model, written without sentence-transformers.
 
 `save_pretrained` of a biLM (`ElmoModel`, `ElmoForPreTraining`) writes them beside the weights, so every folder
 hf_elmo writes (converters, pre-training, `push_to_hub`) loads with `SentenceTransformer(folder,
@@ -33,6 +37,14 @@ SENTENCE_TRANSFORMERS_FILES = {
     # ELMo's vectors are not normalised: cosine, as hf_elmo's examples compare them.
     MODEL_CONFIG_FILE: {"model_type": "SentenceTransformer", "similarity_fn_name": "cosine"},
 }
+
+
+def auto_map(model_classes: dict[str, type]) -> dict[str, str]:
+    """`config.auto_map` for the model class each Auto class gives (`modeling_elmo.AUTO_CLASSES`)."""
+    return {
+        "AutoConfig": "configuration_elmo.ElmoConfig",
+        **{auto_class: f"modeling_elmo.{model_class.__name__}" for auto_class, model_class in model_classes.items()},
+    }
 
 
 def write_sentence_transformers_files(folder: str | os.PathLike) -> None:

@@ -4,10 +4,10 @@ import json
 from pathlib import Path
 
 import pytest
-from conftest import tiny_config
+from utils import tiny_config
 
 from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoModel, bundled_model_path
-from hf_elmo.sentence_transformers_files import ENCODER_CONFIG_FILE, SENTENCE_TRANSFORMERS_FILES
+from hf_elmo.folder_layout import ENCODER_CONFIG_FILE, SENTENCE_TRANSFORMERS_FILES
 
 
 def written_files(folder: Path) -> dict[str, object]:

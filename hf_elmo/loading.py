@@ -1,0 +1,178 @@
+"""What a model name given to a command or script stands for, and the one way a command or script loads it.
+
+A name is a local folder, else a bundled model's name (`hf_elmo.bundled`), else a Hub id: [`resolve_model_name`] says
+what `from_pretrained` loads for it. [`load_model`] and [`load_model_and_tokenizer`] resolve the name once and load
+it; whatever fails, from the name to the weights, is a `ValueError` of one line naming the model and, where there is
+one, the fix. The commands (`hf_elmo.cli`, `hf_elmo.pretraining`, the exports), and the examples, load through here.
+
+Nothing here changes another library's settings: where the Hub cannot be reached, a Hub id in the Hub cache resolves
+to its folder there, which `from_pretrained` reads as any local folder.
+"""
+
+import contextlib
+import json
+import os
+import socket
+import urllib.parse
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from .bundled import BUNDLED_MODELS, bundled_model_path
+from .command_line import is_path_only
+from .configuration_elmo import ElmoConfig
+from .errors import first_line
+from .modeling_elmo import AUTO_CLASSES, ElmoHeadModel, ElmoModel, ElmoPreTrainedModel
+from .tokenization_elmo import ElmoTokenizer
+
+# The classes a folder's `config.architectures` may name that `load_model` loads as named, where no class is given:
+# the task heads. Any other ELMo folder (`ElmoModel`, `ElmoForPreTraining`) loads as its biLM, `ElmoModel`: a
+# pre-training softmax serves pre-training alone, which asks for `ElmoForPreTraining` by name.
+HEADS = {model.__name__: model for model in AUTO_CLASSES.values() if issubclass(model, ElmoHeadModel)}
+
+
+def resolve_model_name(name: str, hub: bool = True) -> str:
+    """
+    What `from_pretrained` loads for the model `name` that a command or script was given: a local folder, else the
+    folder of the bundled model of that name, else (with `hub`) `name` as a Hub id; while the Hub is out of reach
+    (`HF_HUB_OFFLINE=1`, or `hub_unreachable`), the Hub id's folder in the Hub cache. Anything else is a
+    `ValueError`, one line naming the fix: a path that does not exist, a file, a folder that is not an hf_elmo model
+    (`check_model_folder`), without `hub` any other name, and a Hub id that is not in the Hub cache while the Hub is
+    out of reach: at once, instead of after huggingface_hub's retries.
+    """
+    path = Path(name).expanduser()
+    if path.is_dir():
+        check_model_folder(path, name)
+        return str(path)
+    if path.exists():
+        raise ValueError(f"{name} is a file; a model is a folder, a bundled model or a Hub id")
+    if name in BUNDLED_MODELS:
+        return bundled_model_path(name)
+    if is_path_only(name):
+        raise ValueError(f"no such model folder: {name}")
+    unknown = f"no such model folder or bundled model ({', '.join(BUNDLED_MODELS)}): {name}"
+    if not hub:
+        raise ValueError(unknown)
+    from huggingface_hub import constants, try_to_load_from_cache
+
+    if constants.is_offline_mode():
+        reason = "HF_HUB_OFFLINE=1 is set (unset it to download it)"
+    elif hub_unreachable():
+        reason = "the Hub cannot be reached (with HF_HUB_OFFLINE=1 it is not tried)"
+    else:
+        return name
+    try:
+        cached_config = try_to_load_from_cache(name, "config.json")
+    except ValueError:  # not a valid Hub id either
+        cached_config = None
+    if not isinstance(cached_config, str):
+        raise ValueError(f"{unknown}; as a Hub id it is not in the Hub cache, and {reason}")
+    # The snapshot folder: given the id instead, `from_pretrained` would try the Hub, for minutes of retries where it
+    # cannot be reached.
+    return str(Path(cached_config).parent)
+
+
+def check_model_folder(folder: Path, name: str) -> None:
+    """
+    A one-line `ValueError` for a folder that is not a loadable hf_elmo model: no readable `config.json` of
+    model_type "elmo", or a weights file cut short or corrupt (whose error from safetensors would come as a
+    traceback out of `from_pretrained`; its header is read here, not its tensors).
+    """
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
+    except FileNotFoundError as error:
+        raise ValueError(f"{name} is not an hf_elmo model folder (no config.json)") from error
+    except (OSError, ValueError, AttributeError) as error:
+        raise ValueError(f"{name} is not an hf_elmo model folder (config.json: {first_line(error)})") from error
+    if model_type != "elmo":
+        raise ValueError(f"{name} is not an hf_elmo model folder (model_type {model_type!r})")
+    for weights in sorted(folder.glob("*.safetensors")):
+        try:
+            with safe_open(str(weights), framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise ValueError(
+                f"{Path(name) / weights.name} is cut short or corrupt ({first_line(error)}); copy or download the "
+                f"model folder again"
+            ) from error
+
+
+def hub_unreachable() -> bool:
+    """
+    Whether a connection to the Hub fails, tried once for a few seconds at most. Behind a proxy, or with
+    `HF_HUB_OFFLINE=1`, nothing is tried (False).
+    """
+    from huggingface_hub import constants
+
+    if constants.is_offline_mode() or any(os.environ.get(key) for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY")):
+        return False
+    endpoint = urllib.parse.urlsplit(constants.ENDPOINT)
+    try:
+        socket.create_connection((endpoint.hostname, endpoint.port or 443), timeout=5).close()
+        return False
+    except OSError:
+        return True
+
+
+def load_model(
+    name: str | os.PathLike,
+    model_class: type[ElmoPreTrainedModel] | None = None,
+    *,
+    hub: bool = True,
+    device: str | torch.device | None = None,
+    **from_pretrained_kwargs,
+) -> ElmoPreTrainedModel:
+    """
+    The model `name` names (`resolve_model_name(name, hub)`) as `model_class`, by default the head its
+    `config.architectures` names (`HEADS`), else `ElmoModel`; loaded by `from_pretrained` with
+    `from_pretrained_kwargs` (e.g. `dtype`, config fields), in eval mode, and moved to `device` if given. A model
+    that cannot be found or loaded is a one-line `ValueError`.
+    """
+    path = resolve_model_name(str(name), hub)
+    with one_line_errors(name):
+        return _from_pretrained(path, model_class, device, from_pretrained_kwargs)
+
+
+def load_model_and_tokenizer(
+    name: str | os.PathLike,
+    model_class: type[ElmoPreTrainedModel] | None = None,
+    *,
+    hub: bool = True,
+    device: str | torch.device | None = None,
+    **from_pretrained_kwargs,
+) -> tuple[ElmoPreTrainedModel, ElmoTokenizer]:
+    """
+    `load_model(...)` and the model's `ElmoTokenizer`, from the same folder or Hub id (the name is resolved once).
+    A folder without tokenizer files gets the default tokenizer of the model's token width.
+    """
+    path = resolve_model_name(str(name), hub)
+    with one_line_errors(name):
+        model = _from_pretrained(path, model_class, device, from_pretrained_kwargs)
+        tokenizer = ElmoTokenizer.from_pretrained(path)
+    if tokenizer.max_characters_per_token != model.config.max_characters_per_token:
+        tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
+    return model, tokenizer
+
+
+def _from_pretrained(
+    path: str, model_class: type[ElmoPreTrainedModel] | None, device, from_pretrained_kwargs: dict
+) -> ElmoPreTrainedModel:
+    """`load_model` once the name is resolved to `path`."""
+    if model_class is None:
+        architectures = ElmoConfig.from_pretrained(path).architectures or []
+        model_class = next((HEADS[name] for name in architectures if name in HEADS), ElmoModel)
+    model = model_class.from_pretrained(path, **from_pretrained_kwargs)  # in eval mode, as transformers loads it
+    return model if device is None else model.to(device)
+
+
+@contextlib.contextmanager
+def one_line_errors(name: str | os.PathLike) -> Iterator[None]:
+    """What `from_pretrained` raises for a model that does not load (many types, often many lines), as one line:
+    a `ValueError` naming the model."""
+    try:
+        yield
+    except (OSError, ValueError, TypeError, RuntimeError) as error:
+        raise ValueError(f"cannot load {name} as an hf_elmo model: {first_line(error)}") from error

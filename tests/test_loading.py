@@ -1,0 +1,85 @@
+"""`hf_elmo.loading`: the class a folder loads as, its tokenizer, one-line errors, and a Hub out of reach."""
+
+import json
+import socket
+
+import pytest
+import torch
+from utils import tiny_config
+
+from hf_elmo import (
+    ElmoForPreTraining,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
+from hf_elmo.loading import load_model, load_model_and_tokenizer, resolve_model_name
+
+
+@pytest.mark.parametrize(
+    "saved_class, loaded_class",
+    [
+        (ElmoModel, ElmoModel),
+        (ElmoForPreTraining, ElmoModel),  # the biLM: the softmax serves pre-training, which asks for it by name
+        (ElmoForSequenceClassification, ElmoForSequenceClassification),
+        (ElmoForTokenClassification, ElmoForTokenClassification),
+    ],
+)
+def test_the_folder_architecture_picks_the_class(tmp_path, saved_class, loaded_class):
+    saved_class(tiny_config(word_vocab_size=10, num_labels=2)).save_pretrained(tmp_path)
+    model, tokenizer = load_model_and_tokenizer(tmp_path, hub=False, dtype=torch.float32)
+    assert type(model) is loaded_class and not model.training and model.dtype == torch.float32
+    assert tokenizer.max_characters_per_token == 20  # a folder without tokenizer files: the config's width
+    assert type(load_model(tmp_path, ElmoModel)) is ElmoModel  # a class given is the class loaded
+
+
+def test_a_folder_that_does_not_load_is_one_line_naming_it(tmp_path):
+    ElmoModel(tiny_config()).save_pretrained(tmp_path / "model")
+    config = json.loads((tmp_path / "model" / "config.json").read_text(encoding="utf-8"))
+    config["n_layers"] = 1  # the weights hold 2
+    (tmp_path / "model" / "config.json").write_text(json.dumps(config), encoding="utf-8")
+    with pytest.raises(ValueError) as raised:
+        load_model(tmp_path / "model")
+    message = str(raised.value)
+    assert message.startswith(f"cannot load {tmp_path / 'model'} as an hf_elmo model: ") and "\n" not in message
+    assert "n_layers" in message
+    with pytest.raises(ValueError, match=r"^no such model folder or bundled model \(ko-nsmc, ko-nsmc-sentiment\): k$"):
+        load_model_and_tokenizer("k", hub=False)
+
+
+@pytest.fixture
+def unreachable_hub(tmp_path, monkeypatch):
+    """The Hub cannot be connected to (no proxy, HF_HUB_OFFLINE unset); the Hub cache is `tmp_path / "hub"`."""
+    for key in ("HTTPS_PROXY", "https_proxy", "ALL_PROXY"):
+        monkeypatch.delenv(key, raising=False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", False)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path / "hub"))
+
+    def refused(*args, **kwargs):
+        raise ConnectionRefusedError("no network in this test")
+
+    monkeypatch.setattr(socket, "create_connection", refused)
+    return tmp_path / "hub"
+
+
+def test_an_unreachable_hub_loads_the_cache_and_changes_no_setting_of_huggingface_hub(tmp_path, unreachable_hub):
+    """No minutes of retries: an id not in the cache fails at once, one in it loads from its folder there, and
+    huggingface_hub stays online for the rest of the process (the library sets none of its settings)."""
+    from huggingface_hub import constants
+
+    with pytest.raises(ValueError) as raised:
+        resolve_model_name("someone/elmo")
+    assert str(raised.value) == (
+        "no such model folder or bundled model (ko-nsmc, ko-nsmc-sentiment): someone/elmo; as a Hub id it is not in "
+        "the Hub cache, and the Hub cannot be reached (with HF_HUB_OFFLINE=1 it is not tried)"
+    )
+    snapshot = unreachable_hub / "models--someone--cached-elmo" / "snapshots" / ("0" * 40)
+    ElmoModel(tiny_config()).save_pretrained(snapshot)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(snapshot)
+    (snapshot.parent.parent / "refs").mkdir()
+    (snapshot.parent.parent / "refs" / "main").write_text("0" * 40)
+    assert resolve_model_name("someone/cached-elmo") == str(snapshot)
+    model, tokenizer = load_model_and_tokenizer("someone/cached-elmo")
+    assert type(model) is ElmoModel and tokenizer.max_characters_per_token == 20
+    assert constants.HF_HUB_OFFLINE is False and not constants.is_offline_mode()

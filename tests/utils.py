@@ -1,0 +1,328 @@
+"""Helpers the tests share: tolerances, tiny configs and checkpoints, runs of the model, comparisons.
+
+Fixtures are in `conftest.py`; import these with `from utils import ...`.
+"""
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from hf_elmo import ElmoConfig, ElmoTokenizer, kernels_elmo
+from hf_elmo.modeling_elmo import ElmoBiLm
+from hf_elmo.weight_mapping import parameter_groups
+
+# "The same result up to float32 rounding": GEMM rounding differs with the CPU model and the batch composition,
+# so every comparison of float32 outputs across paths or batches uses this one tolerance.
+FLOAT32_TOLERANCE = 1e-5
+
+# ../shared beside the project; HF_ELMO_SHARED points elsewhere (a missing folder shows how the suite runs without it).
+SHARED_DIR = Path(os.environ.get("HF_ELMO_SHARED", Path(__file__).resolve().parents[1].parent / "shared"))
+
+FIXTURE_DIR = SHARED_DIR / "fixtures" / "allennlp-elmo"
+
+
+@contextlib.contextmanager
+def torch_threads(count: int):
+    """torch's intra-op threads set to `count` inside the block, and set back after it."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(threads)
+
+
+def min_cosine(vectors: torch.Tensor, reference: torch.Tensor, mask: torch.Tensor) -> float:
+    """The smallest cosine similarity between `vectors` and `reference` `(batch, positions, dim)` where `mask` is set;
+    `vectors` in any precision, compared in float32."""
+    valid = mask.bool()
+    return torch.nn.functional.cosine_similarity(vectors[valid].float(), reference[valid], dim=-1).min().item()
+
+
+# Gradients of the hand-written backward against autograd through the reference loop: `atol` is per unit of each
+# gradient's largest magnitude (see `assert_gradients_match`).
+GRADIENT_TOLERANCE = {"atol": 1e-5, "rtol": 1e-4}
+
+
+def assert_gradients_match(handwritten, reference, atol, rtol):
+    """
+    Each gradient within `atol` times its largest magnitude (at least 1) plus `rtol` times itself. In float32 either
+    path's sums over steps, rows and layers are off by about 1e-6 of the largest magnitude: against float64, the
+    reference's own gradients at magnitudes near 10 are off by up to 1.2e-5.
+    """
+    assert handwritten.keys() == reference.keys()
+    for name in reference:
+        scale = max(reference[name].abs().max().item(), 1.0)
+        torch.testing.assert_close(
+            handwritten[name],
+            reference[name],
+            atol=atol * scale,
+            rtol=rtol,
+            msg=lambda message, name=name: f"{name}: {message}",
+        )
+
+
+# Runs in a fresh interpreter where any import of hf_elmo fails, as on a machine without the package. Loads each
+# (folder, Auto class name) with that Auto class and AutoTokenizer, and saves what it computed (sentences pre-split
+# or raw strings).
+REMOTE_LOAD_SCRIPT = textwrap.dedent(
+    """
+    import sys
+
+    class BlockHfElmo:
+        def find_spec(self, name, path=None, target=None):
+            if name == "hf_elmo" or name.startswith("hf_elmo."):
+                raise ImportError(name + " is blocked in this test")
+            return None
+
+    sys.meta_path.insert(0, BlockHfElmo())
+    import json
+    import torch
+    import transformers
+
+    jobs, sentences, out = json.loads(sys.argv[1]), json.loads(sys.argv[2]), sys.argv[3]
+    results = {}
+    for folder, auto_name in jobs:
+        model = getattr(transformers, auto_name).from_pretrained(folder, trust_remote_code=True).eval()
+        tokenizer = transformers.AutoTokenizer.from_pretrained(folder, trust_remote_code=True)
+        split = isinstance(sentences[0], list)
+        batch = tokenizer(sentences, is_split_into_words=split, padding=True, return_tensors="pt")
+        reference = getattr(transformers, auto_name).from_pretrained(
+            folder, trust_remote_code=True, recurrence_implementation="reference"
+        ).eval()
+        with torch.no_grad():
+            output, reference_output = model(**batch), reference(**batch)
+        results[folder] = {"model_class": type(model).__module__ + "." + type(model).__name__,
+                           "tokenizer_class": type(tokenizer).__module__ + "." + type(tokenizer).__name__,
+                           "input_ids": batch["input_ids"], "output": output[0],
+                           "recurrence_implementation": reference.config.recurrence_implementation,
+                           "reference_output": reference_output[0]}
+    # A pipeline on a saved folder, from the folder's code alone.
+    extractor = transformers.pipeline("feature-extraction", model=jobs[0][0], trust_remote_code=True)
+    results["pipeline"] = torch.tensor(extractor(" ".join(sentences[0])))
+    assert not any(name.startswith("hf_elmo") for name in sys.modules), "hf_elmo was imported"
+    torch.save(results, out)
+    """
+)
+
+
+def load_without_hf_elmo(jobs: list[list[str]], sentences: list, folder: Path) -> dict:
+    """What `REMOTE_LOAD_SCRIPT` computes from `jobs`, `[folder, Auto class name]` pairs, on `sentences`, in a fresh
+    interpreter without hf_elmo (the first job's folder also runs a feature-extraction pipeline)."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(folder / "modules_cache")}
+    env.pop("PYTHONPATH", None)
+    result = subprocess.run(
+        [sys.executable, "-c", REMOTE_LOAD_SCRIPT, json.dumps(jobs), json.dumps(sentences), str(folder / "out.pt")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=folder,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    return torch.load(folder / "out.pt")
+
+
+def has_fixture() -> bool:
+    return (FIXTURE_DIR / "lm_weights.hdf5").is_file()
+
+
+def tiny_config(**overrides) -> ElmoConfig:
+    """A config small enough for fast tests; keyword arguments override any option."""
+    options = dict(
+        char_embedding_dim=4,
+        filters=[[1, 4], [2, 8], [3, 8]],
+        n_highway=1,
+        projection_dim=8,
+        cell_dim=16,
+        n_layers=2,
+        cell_clip=3.0,
+        proj_clip=3.0,
+        use_skip_connections=True,
+        max_characters_per_token=20,
+    )
+    options.update(overrides)
+    return ElmoConfig(**options)
+
+
+def random_original_arrays(config: ElmoConfig, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random float32 datasets in the original layout for `config`, by dataset name."""
+    rng = np.random.default_rng(seed)
+    arrays = {}
+    for group in parameter_groups(config):
+        for name, shape in zip(group.original_names, group.original_shapes):
+            arrays[name] = rng.normal(scale=0.5, size=shape).astype(np.float32)
+    return arrays
+
+
+def write_original_checkpoint(folder: Path, config: ElmoConfig, seed: int = 0, arrays=None) -> tuple[Path, Path]:
+    """Writes `options.json` and `weights.hdf5` in the original layout; returns their paths."""
+    import h5py
+
+    folder.mkdir(parents=True, exist_ok=True)
+    arrays = random_original_arrays(config, seed) if arrays is None else arrays
+    options_file, weight_file = folder / "options.json", folder / "weights.hdf5"
+    options_file.write_text(json.dumps(config.to_original_options()), encoding="utf-8")
+    with h5py.File(weight_file, "w") as handle:
+        for name, array in arrays.items():
+            handle.create_dataset(name, data=array)
+    return options_file, weight_file
+
+
+PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def convert_args(options, weights, output_dir) -> list[str]:
+    """The options of `hf-elmo convert` for an original checkpoint: `options.json`, `weights.hdf5`, output folder."""
+    return ["--options-file", str(options), "--weight-file", str(weights), "--output-dir", str(output_dir)]
+
+
+def converted_tiny_model(folder: Path) -> Path:
+    """A tiny original checkpoint (seed 3) converted with `hf-elmo convert`, in process, into `folder/model`."""
+    from hf_elmo.cli import main
+
+    options, weights = write_original_checkpoint(folder / "original", tiny_config(), seed=3)
+    assert (
+        main(
+            [
+                "convert",
+                *convert_args(options, weights, folder / "model"),
+            ]
+        )
+        == 0
+    )
+    return folder / "model"
+
+
+def run_cli(*args, cwd=None, preexec_fn=None, timeout=120) -> subprocess.CompletedProcess:
+    """`python -m hf_elmo.cli ARGS` in a subprocess of this checkout, offline; output captured as text."""
+    env = {**os.environ, "PYTHONPATH": str(PROJECT_ROOT), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "hf_elmo.cli", *map(str, args)],
+        capture_output=True,
+        text=True,
+        env=env,
+        cwd=cwd,
+        preexec_fn=preexec_fn,
+        timeout=timeout,
+    )
+
+
+def reference_layers(model, words: list[str]) -> np.ndarray:
+    """`(n_layers + 1, words, dim)` from one unbatched `ElmoModel` pass, boundaries removed."""
+    tokenizer = ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token)
+    encoding = tokenizer([words], is_split_into_words=True, return_tensors="pt")
+    with torch.no_grad():
+        layers = model(encoding["input_ids"], output_hidden_states=True).hidden_states
+    return torch.stack(layers)[:, 0, 1:-1].numpy()
+
+
+def read_hdf5(path: Path) -> dict[str, np.ndarray]:
+    """The top-level datasets of an `hf-elmo embed` HDF5 file, by name."""
+    import h5py
+
+    with h5py.File(path, "r") as handle:
+        return {name: handle[name][()] for name in handle}
+
+
+def random_batch(config, lengths, seed=0):
+    """Random character ids `(batch, max(lengths), chars)`, right-padded with all-zero rows, and its mask."""
+    generator = torch.Generator().manual_seed(seed)
+    positions = max(lengths)
+    input_ids = torch.randint(1, 262, (len(lengths), positions, config.max_characters_per_token), generator=generator)
+    mask = torch.arange(positions) < torch.tensor(lengths)[:, None]
+    return input_ids * mask[..., None], mask.long()
+
+
+def random_state(config, batch_size, seed=1):
+    generator = torch.Generator().manual_seed(seed)
+    hidden = torch.randn(config.n_layers, 2, batch_size, config.projection_dim, generator=generator)
+    memory = torch.randn(config.n_layers, 2, batch_size, config.cell_dim, generator=generator)
+    return hidden, memory
+
+
+def use_kernels(config, fast, monkeypatch):
+    """Sets `config.recurrence_implementation` for the rest of the test: "auto" when `fast`, else "reference"."""
+    monkeypatch.setattr(config, "recurrence_implementation", "auto" if fast else "reference")
+
+
+def spy_on_implementations(monkeypatch) -> list[str]:
+    """The names of the implementations `kernels_elmo`'s registries give the model from now on, in order (the
+    reference code's where a registry has no kernel for the chosen name)."""
+    calls, get_interface = [], kernels_elmo.Implementations.get_interface
+
+    def spy(registry, name, reference):
+        chosen = get_interface(registry, name, reference)
+        calls.append(chosen.__name__)
+        return chosen
+
+    monkeypatch.setattr(kernels_elmo.Implementations, "get_interface", spy)
+    return calls
+
+
+def run_model(model, input_ids, mask, fast, monkeypatch, initial_state=None):
+    use_kernels(model.config, fast, monkeypatch)
+    with torch.inference_mode():
+        return model(
+            input_ids,
+            attention_mask=mask,
+            initial_state=initial_state,
+            return_final_state=True,
+            output_hidden_states=True,
+        )
+
+
+def assert_close(fast, exact):
+    assert fast.shape == exact.shape
+    assert (fast - exact).abs().max().item() <= FLOAT32_TOLERANCE
+
+
+# Mixed precision (autocast to bfloat16) keeps 8 significant bits of each product: two paths that round the same
+# products after summing in another order differ by a few units in the last place, and the recurrence carries them.
+# They are compared within this fraction of each tensor's largest magnitude (a bfloat16 unit is 1/128 to 1/256).
+BFLOAT16_TOLERANCE = 1 / 64
+
+
+def assert_close_in_bfloat16(fast, reference, name=""):
+    assert fast.shape == reference.shape, name
+    difference = (fast.float() - reference.float()).abs().max().item()
+    assert difference <= BFLOAT16_TOLERANCE * reference.float().abs().max().item(), (name, difference)
+
+
+def assert_outputs_match(fast, exact):
+    for fast_layer, exact_layer in zip(fast.hidden_states, exact.hidden_states, strict=True):
+        assert_close(fast_layer, exact_layer)
+    for fast_state, exact_state in zip(fast.final_state, exact.final_state, strict=True):
+        assert_close(fast_state, exact_state)
+
+
+def bilm_leaves(config, lengths, initial_state, dtype=torch.float32, seed=1):
+    """Random tokens (padded positions too), the mask, and a zero or random initial state, all requiring grad."""
+    generator = torch.Generator().manual_seed(seed)
+    batch_size, steps = len(lengths), max(lengths)
+    mask = torch.arange(steps) < torch.tensor(lengths)[:, None]
+    tokens = torch.randn(batch_size, steps, config.projection_dim, generator=generator, dtype=dtype)
+    state_shape = (config.n_layers, 2, batch_size)
+    hidden = torch.zeros(*state_shape, config.projection_dim, dtype=dtype)
+    memory = torch.zeros(*state_shape, config.cell_dim, dtype=dtype)
+    if initial_state == "random":
+        hidden, memory = torch.randn_like(hidden), 3 * torch.randn_like(memory)
+    return mask, *(leaf.requires_grad_() for leaf in (tokens, hidden, memory))
+
+
+def bilm_with_weights_of_scale(config, scale, dtype=torch.float32, seed=0):
+    """An `ElmoBiLm` whose parameters are normal with std `scale`: large enough for memories and outputs to reach the
+    clips (at 1.0 the gates saturate, and float32 rounding grows too much for tight gradient comparisons)."""
+    torch.manual_seed(seed)
+    bilm = ElmoBiLm(config).to(dtype)
+    with torch.no_grad():
+        for parameter in bilm.parameters():
+            parameter.normal_(std=scale)
+    return bilm
