@@ -79,13 +79,13 @@ open(sys.argv[1], 'w').write(''.join(' '.join(words) + '\n' for words in make_se
 " "$OUT/corpus.txt"
 head -n 64 "$OUT/corpus.txt" > "$OUT/validation.txt"
 for bf16 in false true; do
-    rm -rf "$OUT/pretrain"
+    rm -rf "$OUT/pretrain" "$OUT/pretrain.parts"
     step "hf-elmo pretrain on CUDA, original shapes, --bf16 $bf16, generated corpus" "$PYTHON" -m hf_elmo.pretraining \
         --train-file "$OUT/corpus.txt" --validation-file "$OUT/validation.txt" --output-dir "$OUT/pretrain" \
         --preset original --batch-size 64 --max-steps 20 --bf16 "$bf16" --eval-strategy no --save-steps 1000000 \
         --logging-steps 20 --disable-tqdm true --report-to none --seed 0
 done
-rm -rf "$OUT/pretrain"
+rm -rf "$OUT/pretrain" "$OUT/pretrain.parts"
 for precision in bf16 fp32; do
     step "Trainer fine-tuning step, $precision" "$PYTHON" benchmarks/benchmark_finetune.py --device cuda \
         --precision "$precision" --batch-size 32 --steps 10

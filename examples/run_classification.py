@@ -10,6 +10,10 @@ by name, `ko-nsmc`: a new head is added) or a fine-tuned `ElmoForSequenceClassif
 macro-F1 are reported for every split with labels, written to `output_dir/all_results.json`, and the output folder
 (model, tokenizer, model card) is ready for `push_to_hub`. Every `TrainingArguments` option applies (`--bf16`,
 `--per_device_train_batch_size`, ...).
+
+The output folder appears complete or not at all, and one that exists is replaced, whole, only with
+`--overwrite_output_dir`. Mistakes in the command line or the data files are one line, exit status 2, before any
+model loads (`run_steps.py`).
 """
 
 import logging
@@ -18,13 +22,28 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from datasets import load_dataset
+from datasets import DatasetDict
 from model_card import write_fine_tuned_card
-from run_steps import check_steps, model_to_load, pin_memory_only_for_a_gpu
-from transformers import EvalPrediction, HfArgumentParser, Trainer, TrainingArguments, set_seed
+from run_steps import (
+    TABLE_SUFFIXES,
+    ExampleArgumentParser,
+    OutputArguments,
+    UsageError,
+    check_data_files,
+    check_head_options,
+    check_output_dir,
+    check_steps,
+    data_files,
+    load_model,
+    model_to_load,
+    output_written_whole,
+    pin_memory_only_for_a_gpu,
+    read_table,
+)
+from transformers import EvalPrediction, Trainer, TrainingArguments, set_seed
 
 import hf_elmo
-from hf_elmo import ElmoForSequenceClassification, ElmoTokenizer
+from hf_elmo import ElmoForSequenceClassification
 
 HEAD_OPTIONS = (
     "task_lstm_dim",
@@ -73,54 +92,56 @@ class DataTrainingArguments:
     def __post_init__(self):
         if self.train_file is None and self.validation_file is None and self.test_file is None:
             raise ValueError("give at least one of --train_file, --validation_file, --test_file")
-        for name in (self.train_file, self.validation_file, self.test_file):
-            if name is not None and Path(name).suffix not in (".csv", ".json", ".jsonl"):
+        files = [name for name in (self.train_file, self.validation_file, self.test_file) if name is not None]
+        for name in files:
+            if Path(name).suffix not in TABLE_SUFFIXES:
                 raise ValueError(f"{name}: data files must be .csv, .json or .jsonl")
+        if len({Path(name).suffix == ".csv" for name in files}) > 1:
+            raise ValueError("all data files must have the same format (csv, or json/jsonl)")
 
 
-def load_splits(data_args: DataTrainingArguments):
-    """The given files as a `DatasetDict` with splits `train`, `validation`, `test`."""
-    files = {
-        split: name
-        for split, name in (
-            ("train", data_args.train_file),
-            ("validation", data_args.validation_file),
-            ("test", data_args.test_file),
-        )
-        if name is not None
-    }
-    builder = "csv" if Path(next(iter(files.values()))).suffix == ".csv" else "json"
-    if any((Path(name).suffix == ".csv") != (builder == "csv") for name in files.values()):
-        raise ValueError("all data files must have the same format (csv, or json/jsonl)")
-    raw = load_dataset(builder, data_files=files)
+def load_splits(data_args: DataTrainingArguments) -> DatasetDict:
+    """
+    The given files as a `DatasetDict` with splits `train`, `validation`, `test`: each holds the text column, and the
+    training and validation files the label column too.
+    """
     limits = {
         "train": data_args.max_train_samples,
         "validation": data_args.max_eval_samples,
         "test": data_args.max_predict_samples,
     }
-    for split, limit in limits.items():
-        if split in raw and limit is not None:
-            raw[split] = raw[split].select(range(min(limit, len(raw[split]))))
-    for split, dataset in raw.items():
-        if data_args.text_column not in dataset.column_names:
-            raise ValueError(
-                f"the {split} file has no column {data_args.text_column!r} (columns: "
-                f"{dataset.column_names}); set --text_column"
-            )
+    raw = DatasetDict()
+    for split, path in data_files(data_args).items():
+        dataset = read_table(path)
+        needed = {"text": data_args.text_column}
+        if split != "test":  # a test file may hold text alone, to be labelled
+            needed["label"] = data_args.label_column
+        for key, column in needed.items():
+            if column not in dataset.column_names:
+                raise UsageError(
+                    f"the {split} file {path} has no column {column!r} (columns: {', '.join(dataset.column_names)}); "
+                    f"set --{key}_column"
+                )
+        if limits[split] is not None:
+            dataset = dataset.select(range(min(limits[split], len(dataset))))
+        raw[split] = dataset
     return raw
 
 
 def label_names(raw, data_args: DataTrainingArguments, config) -> list[str]:
-    """The label names, by id: the fine-tuned model's own when it has them, else the sorted labels of the data."""
+    """The label names, by id: the fine-tuned model's own when they cover the data's, else the sorted labels of the
+    data."""
     seen = set()
     for dataset in raw.values():
         if data_args.label_column in dataset.column_names:
             seen.update(str(label) for label in dataset[data_args.label_column])
-    if not seen:
-        raise ValueError(f"no split has a {data_args.label_column!r} column; set --label_column")
     saved = [config.id2label[i] for i in range(len(config.id2label))] if config is not None else []
     if saved and seen <= set(saved) and not all(name.startswith("LABEL_") for name in saved):
         return saved
+    if not seen:
+        raise UsageError(
+            f"no file has a {data_args.label_column!r} column to learn the labels from; set --label_column"
+        )
     return sorted(
         seen, key=lambda name: (not name.lstrip("-").isdigit(), int(name) if name.lstrip("-").isdigit() else 0, name)
     )
@@ -139,29 +160,46 @@ def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    check_steps(training_args, data_args)
-    pin_memory_only_for_a_gpu(training_args)
+    parser = ExampleArgumentParser((ModelArguments, DataTrainingArguments, OutputArguments, TrainingArguments))
+    model_args, data_args, output_args, training_args = parser.parse(argv)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         level=logging.INFO,
         handlers=[logging.StreamHandler(sys.stdout)],
     )
+    with parser.usage_errors():  # every mistake is found before the model loads
+        check_steps(training_args, data_args)
+        check_data_files(data_args)
+        overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
+        check_head_options(overrides)
+        model_name = model_to_load(model_args.model_name_or_path)
+        check_output_dir(training_args, output_args.overwrite_output_dir, model_name)
+        raw = load_splits(data_args)
+        saved_config = hf_elmo.ElmoConfig.from_pretrained(model_name)
+        is_classifier = "ElmoForSequenceClassification" in (saved_config.architectures or [])
+        labels = label_names(raw, data_args, saved_config if is_classifier else None)
+    pin_memory_only_for_a_gpu(training_args)
     set_seed(training_args.seed)
+    with output_written_whole(training_args):
+        return fine_tune(model_args, data_args, training_args, model_name, raw, labels, overrides)
 
-    model_name = model_to_load(model_args.model_name_or_path)
-    raw = load_splits(data_args)
-    tokenizer = ElmoTokenizer.from_pretrained(model_name)
-    saved_config = hf_elmo.ElmoConfig.from_pretrained(model_name)
-    is_classifier = "ElmoForSequenceClassification" in (saved_config.architectures or [])
-    labels = label_names(raw, data_args, saved_config if is_classifier else None)
+
+def fine_tune(
+    model_args: ModelArguments,
+    data_args: DataTrainingArguments,
+    training_args: TrainingArguments,
+    model_name: str,
+    raw: DatasetDict,
+    labels: list[str],
+    overrides: dict,
+) -> dict[str, dict[str, float]]:
+    """The run once its arguments and data are checked: trains, evaluates and predicts what `training_args` asks,
+    writing into `training_args.output_dir`; the metrics by split."""
     label2id = {name: i for i, name in enumerate(labels)}
     pairs = all(data_args.text_pair_column in dataset.column_names for dataset in raw.values())
-
-    overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
-    model = ElmoForSequenceClassification.from_pretrained(
+    model, tokenizer = load_model(
         model_name,
+        ElmoForSequenceClassification,
         num_labels=len(labels),
         id2label=dict(enumerate(labels)),
         label2id=label2id,
@@ -244,9 +282,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                 f"({', '.join(labels)})",
                 freeze_bilm=model_args.freeze_bilm,
                 results=card_results,
-                data_files=[
-                    name for name in (data_args.train_file, data_args.validation_file, data_args.test_file) if name
-                ],
+                data_files=list(data_files(data_args).values()),
                 auto_class="AutoModelForSequenceClassification",
                 usage='batch = tokenizer(["a sentence to classify"], padding=True, return_tensors="pt")\n'
                 "label = model.config.id2label[model(**batch).logits.argmax(-1).item()]",

@@ -1,13 +1,70 @@
-"""What a fine-tuning example settles before any data is read: which of training, evaluation and prediction it runs,
-the model it starts from, and whether its batches go to pinned memory."""
+"""What the fine-tuning examples share: their command line, what a run settles before any model loads (which of
+training, evaluation and prediction it runs, its data files, the model it starts from, the folder it writes), and
+that output folder, which appears complete or not at all.
 
+Every mistake of the command line or the data files ends the script before any model loads, with one line
+(`run_classification.py: error: ...`) and exit status 2, as argparse does: the checks raise [`UsageError`], which
+[`ExampleArgumentParser.usage_errors`] reports.
+"""
+
+import contextlib
+import shutil
 import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
 from pathlib import Path
 
+import datasets
 import torch
-from transformers import TrainingArguments
+from accelerate import PartialState
+from datasets import Dataset, load_dataset
+from datasets.exceptions import DatasetGenerationError
+from transformers import HfArgumentParser, TrainingArguments
 
-from hf_elmo.loading import resolve_model_name
+from hf_elmo.configuration_elmo import ElmoConfig, field_rule
+from hf_elmo.errors import first_line
+from hf_elmo.folders import apply_umask, replace_folder
+from hf_elmo.loading import load_model_and_tokenizer, resolve_model_name
+
+TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
+
+
+@dataclass
+class OutputArguments:
+    """What the run may do to an output folder that exists."""
+
+    # transformers 5's TrainingArguments dropped its flag of this name; transformers' examples still take it.
+    overwrite_output_dir: bool = field(
+        default=False, metadata={"help": "replace --output_dir when it exists and is not empty"}
+    )
+
+
+class UsageError(ValueError):
+    """A mistake in the command line or the data files; the message says what is wrong and how to fix it."""
+
+
+class ExampleArgumentParser(HfArgumentParser):
+    """`HfArgumentParser` whose every error is one line, exit status 2."""
+
+    def error(self, message: str):
+        # argparse prints the usage first: with every TrainingArguments option, hundreds of lines above the error.
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse(self, argv: list[str] | None) -> tuple:
+        """The dataclasses of `argv` (`sys.argv[1:]` when None); what their `__post_init__` refuses is a usage error,
+        as are arguments no dataclass takes."""
+        try:
+            return self.parse_args_into_dataclasses(args=argv)
+        except ValueError as error:
+            self.error(first_line(error))
+
+    @contextlib.contextmanager
+    def usage_errors(self) -> Iterator[None]:
+        """Reports a `UsageError` raised in the block as one line, exit status 2."""
+        try:
+            yield
+        except UsageError as error:
+            self.error(str(error))
 
 
 def check_steps(training_args: TrainingArguments, data_args) -> None:
@@ -21,10 +78,63 @@ def check_steps(training_args: TrainingArguments, data_args) -> None:
         (training_args.do_predict, "--do_predict", data_args.test_file, "--test_file"),
     ]
     if not any(chosen for chosen, *_ in steps):
-        raise ValueError("nothing to do: pass --do_train, --do_eval and/or --do_predict")
+        raise UsageError("nothing to do: pass --do_train, --do_eval and/or --do_predict")
     for chosen, flag, file, file_flag in steps:
         if chosen and file is None:
-            raise ValueError(f"{flag} needs {file_flag}")
+            raise UsageError(f"{flag} needs {file_flag}")
+
+
+def data_files(data_args) -> dict[str, str]:
+    """The data files given, by split (`train`, `validation`, `test`)."""
+    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
+    return {split: path for split, path in files.items() if path is not None}
+
+
+def check_data_files(data_args) -> None:
+    """Each data file given is a readable file holding something other than whitespace."""
+    for split, path in data_files(data_args).items():
+        flag = f"--{split}_file"
+        if not Path(path).exists():
+            raise UsageError(f"no such file: {path} ({flag})")
+        if Path(path).is_dir():
+            raise UsageError(f"{path} is a folder; {flag} takes a file")
+        try:
+            with open(path, "rb") as handle:
+                blank = all(not chunk.strip() for chunk in iter(lambda: handle.read(1 << 16), b""))
+        except OSError as error:
+            raise UsageError(f"cannot read {path} ({flag}): {error.strerror}") from error
+        if blank:
+            raise UsageError(f"{path} is empty ({flag})")
+
+
+def read_table(path: str) -> Dataset:
+    """The rows of a csv or json(l) file (by its suffix) as a `Dataset`; a file that holds no rows, or that `datasets`
+    cannot read, is a `UsageError`."""
+    builder = "csv" if Path(path).suffix == ".csv" else "json"
+    shown = not datasets.are_progress_bars_disabled()
+    datasets.disable_progress_bars()  # a bar per local file is noise, and would stand above a one-line error
+    try:
+        return load_dataset(builder, data_files=path, split="train")
+    except DatasetGenerationError as error:  # the reader's own error (pandas', pyarrow's) is its cause
+        raise UsageError(f"cannot read {path} as {builder}: {first_line(error.__cause__ or error)}") from error
+    except ValueError as error:
+        # datasets says 'Instruction "train" corresponds to no data!' of a file that has no rows.
+        if "corresponds to no data" not in str(error):
+            raise UsageError(f"cannot read {path} as {builder}: {first_line(error)}") from error
+        below = " below its header" if builder == "csv" else ""
+        raise UsageError(f"{path} holds no rows{below}") from error
+    finally:
+        if shown:
+            datasets.enable_progress_bars()
+
+
+def check_head_options(options: dict) -> None:
+    """Each head option given (an `ElmoConfig` field and its value) is one its field allows."""
+    for name, value in options.items():
+        try:
+            field_rule(ElmoConfig.__dataclass_fields__[name]).checked(f"--{name}", value)
+        except ValueError as error:
+            raise UsageError(str(error)) from error
 
 
 def model_to_load(name: str) -> str:
@@ -37,6 +147,65 @@ def model_to_load(name: str) -> str:
         return resolve_model_name(name)
     except ValueError as error:
         sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")
+
+
+def load_model(name: str, model_class, **from_pretrained_kwargs):
+    """The model `name` as `model_class` with its tokenizer (`hf_elmo.loading.load_model_and_tokenizer`); a model that
+    does not load ends the script with one line."""
+    try:
+        return load_model_and_tokenizer(name, model_class, **from_pretrained_kwargs)
+    except ValueError as error:
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")
+
+
+def check_output_dir(training_args: TrainingArguments, overwrite: bool, model_name: str) -> None:
+    """
+    `--output_dir` is a folder to write: absent or empty, or, with `overwrite` (`--overwrite_output_dir`), a folder
+    the run replaces whole. A run that trains nothing may not replace the model folder it reads.
+    """
+    output_dir = Path(training_args.output_dir)
+    if output_dir.exists() and not output_dir.is_dir():
+        raise UsageError(f"--output_dir {output_dir} is a file")
+    if not output_dir.is_dir() or not any(output_dir.iterdir()):
+        return
+    if not overwrite:
+        raise UsageError(
+            f"--output_dir {output_dir} exists and is not empty (pass --overwrite_output_dir to replace it)"
+        )
+    if not training_args.do_train and Path(model_name).resolve() == output_dir.resolve():
+        raise UsageError(f"--output_dir {output_dir} is the model folder: without --do_train, give another folder")
+
+
+@contextlib.contextmanager
+def output_written_whole(training_args: TrainingArguments) -> Iterator[Path]:
+    """
+    Points `training_args.output_dir` at a staging folder beside it (`.NAME.partial`) while the block runs; when it
+    ends without error, the staging folder becomes the output folder, replacing any there. On any error it is removed
+    and the output folder is left as it was.
+
+    Every process of a distributed run writes into the same staging folder: its name is fixed, so that the processes
+    agree on it without talking, and one left by a stopped run is removed by the next.
+    """
+    given = training_args.output_dir
+    output_dir = Path(given).resolve()
+    staging = output_dir.with_name(f".{output_dir.name}.partial")
+    if training_args.push_to_hub and training_args.hub_model_id is None:
+        training_args.hub_model_id = output_dir.name  # the Trainer's default, the output folder's name
+    with training_args.main_process_first(local=False, desc="making the staging folder"):
+        if training_args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)
+            staging.mkdir(parents=True)
+    training_args.output_dir = str(staging)
+    try:
+        yield staging
+        PartialState().wait_for_everyone()  # every process has written its files
+        if training_args.should_save:
+            apply_umask(staging)
+            replace_folder(staging, output_dir)
+    finally:
+        training_args.output_dir = given
+        if training_args.should_save:
+            shutil.rmtree(staging, ignore_errors=True)
 
 
 def pin_memory_only_for_a_gpu(training_args: TrainingArguments) -> None:

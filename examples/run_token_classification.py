@@ -12,6 +12,8 @@ into smaller units (`pre_tokenizer="korean_morphemes"`), which reads each senten
 first unit, where `predict_word_labels` reads a word's label. Entity-level precision, recall and F1
 (`seqeval`, conlleval's rules) and token accuracy are reported for every split with tags, written to
 `output_dir/all_results.json`, and the output folder (model, tokenizer, model card) is ready for `push_to_hub`.
+It appears complete or not at all, and one that exists is replaced, whole, only with `--overwrite_output_dir`.
+Mistakes in the command line or the data files are one line, exit status 2, before any model loads (`run_steps.py`).
 
 `--use_crf` trains a linear-chain CRF over the tags (the ELMo paper's NER model) and predicts its Viterbi path;
 `--crf_constraint BIO` (or `BIOES`) keeps that path within the tag scheme's legal transitions.
@@ -23,21 +25,30 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-from datasets import Dataset, DatasetDict, load_dataset
+from datasets import Dataset, DatasetDict
 from model_card import write_fine_tuned_card
-from run_steps import check_steps, model_to_load, pin_memory_only_for_a_gpu
-from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
-from transformers import (
-    DataCollatorForTokenClassification,
-    EvalPrediction,
-    HfArgumentParser,
-    Trainer,
-    TrainingArguments,
-    set_seed,
+from run_steps import (
+    TABLE_SUFFIXES,
+    ExampleArgumentParser,
+    OutputArguments,
+    UsageError,
+    check_data_files,
+    check_head_options,
+    check_output_dir,
+    check_steps,
+    data_files,
+    load_model,
+    model_to_load,
+    output_written_whole,
+    pin_memory_only_for_a_gpu,
+    read_table,
 )
+from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
+from transformers import DataCollatorForTokenClassification, EvalPrediction, Trainer, TrainingArguments, set_seed
 
 import hf_elmo
-from hf_elmo import ElmoForTokenClassification, ElmoTokenizer
+from hf_elmo import ElmoForTokenClassification
+from hf_elmo.crf_elmo import allowed_transitions
 from hf_elmo.tokenization_elmo import word_start_positions
 
 HEAD_OPTIONS = (
@@ -48,7 +59,6 @@ HEAD_OPTIONS = (
     "concat_token_representation",
     "crf_constraint",
 )
-TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
 
 
 @dataclass
@@ -96,57 +106,66 @@ class DataTrainingArguments:
 def read_conll(path: str) -> dict[str, list[list[str]]]:
     """`{"tokens": [...], "tags": [...]}` of a CoNLL file: first column the word, last column the tag."""
     sentences, tags, words, labels = [], [], [], []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
-            columns = line.split()
-            if not columns or columns[0] == "-DOCSTART-":
-                if words:
-                    sentences.append(words)
-                    tags.append(labels)
-                    words, labels = [], []
-                continue
-            if len(columns) < 2:
-                raise ValueError(f"{path}, line {number}: expected a word and a tag, got {line.strip()!r}")
-            words.append(columns[0])
-            labels.append(columns[-1])
+    try:
+        with open(path, encoding="utf-8") as handle:
+            for number, line in enumerate(handle, start=1):
+                columns = line.split()
+                if not columns or columns[0] == "-DOCSTART-":
+                    if words:
+                        sentences.append(words)
+                        tags.append(labels)
+                        words, labels = [], []
+                    continue
+                if len(columns) < 2:
+                    raise UsageError(f"{path}, line {number}: expected a word and a tag, got {line.strip()!r}")
+                words.append(columns[0])
+                labels.append(columns[-1])
+    except UnicodeDecodeError as error:
+        raise UsageError(f"{path} is not UTF-8 text ({error.reason} at byte {error.start})") from error
     if words:
         sentences.append(words)
         tags.append(labels)
     return {"tokens": sentences, "tags": tags}
 
 
-def read_table(path: str, data_args: DataTrainingArguments) -> dict[str, list[list[str]]]:
-    """`{"tokens": [...], "tags": [...]}` of a csv/json file; string cells are split on whitespace."""
-    table = load_dataset("csv" if path.endswith(".csv") else "json", data_files=path, split="train")
+def read_tagged_table(path: str, split: str, data_args: DataTrainingArguments) -> dict[str, list[list[str]]]:
+    """
+    `{"tokens": [...], "tags": [...]}` of a csv/json file; string cells are split on whitespace. The tags column may
+    be absent from a test file (sentences to tag), not from a training or validation file.
+    """
+    table = read_table(path)
     columns = {"tokens": data_args.tokens_column, "tags": data_args.tags_column}
     data = {}
     for key, column in columns.items():
         if column not in table.column_names:
-            if key == "tags":
+            if key == "tags" and split == "test":
                 continue
-            raise ValueError(f"{path} has no column {column!r} (columns: {table.column_names}); set --{key}_column")
+            raise UsageError(
+                f"the {split} file {path} has no column {column!r} (columns: {', '.join(table.column_names)}); "
+                f"set --{key}_column"
+            )
         data[key] = [cell.split() if isinstance(cell, str) else [str(item) for item in cell] for cell in table[column]]
     return data
 
 
 def load_splits(data_args: DataTrainingArguments) -> DatasetDict:
     """The given files as a `DatasetDict` with columns `tokens` (and `tags` where given)."""
-    files = {"train": data_args.train_file, "validation": data_args.validation_file, "test": data_args.test_file}
     limits = {
         "train": data_args.max_train_samples,
         "validation": data_args.max_eval_samples,
         "test": data_args.max_predict_samples,
     }
     splits = {}
-    for split, path in files.items():
-        if path is None:
-            continue
-        data = read_table(path, data_args) if path.endswith(TABLE_SUFFIXES) else read_conll(path)
+    for split, path in data_files(data_args).items():
+        if path.endswith(TABLE_SUFFIXES):
+            data = read_tagged_table(path, split, data_args)
+        else:
+            data = read_conll(path)
         if not data["tokens"]:
-            raise ValueError(f"{path} holds no sentence")
+            raise UsageError(f"{path} holds no sentence")
         for words, tags in zip(data["tokens"], data.get("tags", data["tokens"])):
             if len(words) != len(tags):
-                raise ValueError(f"{path}: a sentence has {len(words)} words but {len(tags)} tags: {words}")
+                raise UsageError(f"{path}: a sentence has {len(words)} words but {len(tags)} tags: {words}")
         dataset = Dataset.from_dict(data)
         if limits[split] is not None:
             dataset = dataset.select(range(min(limits[split], len(dataset))))
@@ -159,39 +178,71 @@ def tag_names(raw: DatasetDict, config) -> list[str]:
     seen = {
         tag for dataset in raw.values() if "tags" in dataset.column_names for tags in dataset["tags"] for tag in tags
     }
-    if not seen:
-        raise ValueError("no split has tags")
     saved = [config.id2label[i] for i in range(len(config.id2label))] if config is not None else []
     if saved and seen <= set(saved):
         return saved
+    if not seen:
+        raise UsageError("no file has tags to learn them from")
     return sorted(seen, key=lambda tag: (tag != "O", tag[2:], tag))
 
 
+def check_crf(overrides: dict, saved_config, tags: list[str]) -> None:
+    """A CRF constraint (given, or the tagger's own) needs a CRF, and the tags of its scheme."""
+    use_crf = overrides.get("use_crf", saved_config.use_crf)
+    constraint = overrides.get("crf_constraint", saved_config.crf_constraint)
+    if constraint is None:
+        return
+    if not use_crf:
+        raise UsageError(f"--crf_constraint {constraint} constrains a CRF: pass --use_crf too")
+    try:
+        allowed_transitions(constraint, dict(enumerate(tags)))
+    except ValueError as error:
+        raise UsageError(f"--crf_constraint {constraint}: {error}") from error
+
+
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
-    parser = HfArgumentParser((ModelArguments, DataTrainingArguments, TrainingArguments))
-    model_args, data_args, training_args = parser.parse_args_into_dataclasses(args=argv)
-    check_steps(training_args, data_args)
-    pin_memory_only_for_a_gpu(training_args)
+    parser = ExampleArgumentParser((ModelArguments, DataTrainingArguments, OutputArguments, TrainingArguments))
+    model_args, data_args, output_args, training_args = parser.parse(argv)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         level=logging.INFO,
         handlers=[logging.StreamHandler(sys.stdout)],
     )
+    with parser.usage_errors():  # every mistake is found before the model loads
+        check_steps(training_args, data_args)
+        check_data_files(data_args)
+        overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
+        if model_args.use_crf:
+            overrides["use_crf"] = True
+        check_head_options(overrides)
+        model_name = model_to_load(model_args.model_name_or_path)
+        check_output_dir(training_args, output_args.overwrite_output_dir, model_name)
+        raw = load_splits(data_args)
+        saved_config = hf_elmo.ElmoConfig.from_pretrained(model_name)
+        is_tagger = "ElmoForTokenClassification" in (saved_config.architectures or [])
+        tags = tag_names(raw, saved_config if is_tagger else None)
+        check_crf(overrides, saved_config, tags)
+    pin_memory_only_for_a_gpu(training_args)
     set_seed(training_args.seed)
+    with output_written_whole(training_args):
+        return fine_tune(model_args, data_args, training_args, model_name, raw, tags, overrides)
 
-    model_name = model_to_load(model_args.model_name_or_path)
-    raw = load_splits(data_args)
-    tokenizer = ElmoTokenizer.from_pretrained(model_name)
-    saved_config = hf_elmo.ElmoConfig.from_pretrained(model_name)
-    is_tagger = "ElmoForTokenClassification" in (saved_config.architectures or [])
-    tags = tag_names(raw, saved_config if is_tagger else None)
+
+def fine_tune(
+    model_args: ModelArguments,
+    data_args: DataTrainingArguments,
+    training_args: TrainingArguments,
+    model_name: str,
+    raw: DatasetDict,
+    tags: list[str],
+    overrides: dict,
+) -> dict[str, dict[str, float]]:
+    """The run once its arguments and data are checked: trains, evaluates and predicts what `training_args` asks,
+    writing into `training_args.output_dir`; the metrics by split."""
     tag2id = {tag: i for i, tag in enumerate(tags)}
-
-    overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
-    if model_args.use_crf:
-        overrides["use_crf"] = True
-    model = ElmoForTokenClassification.from_pretrained(
+    model, tokenizer = load_model(
         model_name,
+        ElmoForTokenClassification,
         num_labels=len(tags),
         id2label=dict(enumerate(tags)),
         label2id=tag2id,
@@ -310,9 +361,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
                 + (", a linear-chain CRF over them (Viterbi decoding)" if model.config.use_crf else ""),
                 freeze_bilm=model_args.freeze_bilm,
                 results=card_results,
-                data_files=[
-                    name for name in (data_args.train_file, data_args.validation_file, data_args.test_file) if name
-                ],
+                data_files=list(data_files(data_args).values()),
                 auto_class="AutoModelForTokenClassification",
                 usage='encoding = tokenizer([["Ada", "lives", "in", "Paris"]], is_split_into_words=True,\n'
                 '                     padding=True, return_tensors="pt")\n'

@@ -18,23 +18,35 @@ from .configuration_elmo import CPU_MATMULS
 from .embedding_pipeline import EmbedSettings, JobProcess, embed_file, run_identity
 from .errors import CommandError, ElmoConversionError, first_line
 from .loading import hub_unreachable, load_model_and_tokenizer
-from .modeling_elmo import ElmoModel
+from .modeling_elmo import (
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoHeadModel,
+    ElmoModel,
+    ElmoPreTrainedModel,
+)
 from .tokenization_elmo import ElmoTokenizer
 
 # -- model ------------------------------------------------------------------------------------------------------------
 
 
-def load_bilm(name: str, device: str = "cpu", **from_pretrained_kwargs) -> tuple[ElmoModel, ElmoTokenizer]:
+def load(name: str, device: str = "cpu", **from_pretrained_kwargs) -> tuple[ElmoPreTrainedModel, ElmoTokenizer]:
     """
-    The biLM (`ElmoModel`, whatever head the folder holds) and tokenizer of the model `name` (a folder, a bundled
-    model or a Hub id: `hf_elmo.loading`) on `device`, for `embed` and `info`. A model that does not load is a
+    The model `name` (a folder, a bundled model or a Hub id: `hf_elmo.loading`) as its folder holds it (a task head,
+    else the biLM) and its tokenizer, on `device`, for `embed` and `info`. A model that does not load is a
     `CommandError`, which stops every process of an `embed` run (`JobProcess.run_in_lockstep`).
     """
     transformers_logging.disable_progress_bar()  # transformers' bar for loading the weights is noise on stderr
     try:
-        return load_model_and_tokenizer(name, ElmoModel, device=device, **from_pretrained_kwargs)
+        return load_model_and_tokenizer(name, device=device, **from_pretrained_kwargs)
     except ValueError as error:
         raise CommandError(str(error)) from error
+
+
+def bilm_of(model: ElmoPreTrainedModel) -> ElmoModel:
+    """The biLM of a model: a head's, or the model itself. (Loaded as `ElmoModel`, a head's folder would load the same
+    weights, and transformers would report each weight of the head as unexpected.)"""
+    return model.elmo if isinstance(model, ElmoHeadModel) else model
 
 
 # -- commands ---------------------------------------------------------------------------------------------------------
@@ -57,6 +69,7 @@ def embed_command(args) -> int:
                 pooled=args.pooled,
                 batch_size=args.batch_size,
                 max_words=args.max_words,
+                max_line_length=args.max_line_length,
             ),
             identity=identity,
             output_format=args.format,
@@ -87,17 +100,16 @@ def embed_command(args) -> int:
 
 
 def prepare_embedding(args, process: JobProcess) -> tuple:
-    """The arguments of `embed` checked (the input file already was, by `hf_elmo.command_line`) and the model loaded:
-    `(model, tokenizer, layers, run identity)`."""
+    """The arguments of `embed` checked (the input file, the counts and the mix already were, by
+    `hf_elmo.command_line`) and the model loaded: `(biLM, tokenizer, layers, run identity)`."""
     input_path = Path(args.input)
-    if args.batch_size < 1 or args.max_words < 1:
-        raise CommandError("--batch-size and --max-words must be at least 1")
     if args.cpu_matmul not in CPU_MATMULS:  # the parser leaves the names to the config (see command_line)
         raise CommandError(f"--cpu-matmul must be one of {', '.join(CPU_MATMULS)}, got {args.cpu_matmul!r}", code=2)
     device = process.device(args.device)
     check_device(device)
     # cpu_matmul is a machine setting of `ElmoConfig`, chosen at load time.
-    model, tokenizer = load_bilm(args.model, device, dtype=getattr(torch, args.dtype), cpu_matmul=args.cpu_matmul)
+    model, tokenizer = load(args.model, device, dtype=getattr(torch, args.dtype), cpu_matmul=args.cpu_matmul)
+    model = bilm_of(model)
     if tokenizer.pre_tokenizer == "korean_morphemes" and not args.pretokenize:
         # Split on whitespace, a line's words would reach the biLM as units it never read in pre-training (배를, not
         # 배 and 를).
@@ -105,7 +117,12 @@ def prepare_embedding(args, process: JobProcess) -> tuple:
             f"{args.model} reads Korean morphemes (pre_tokenizer korean_morphemes), not whitespace words: pass "
             "--pretokenize (one vector per morpheme)"
         )
-    layers = "all" if args.all else "top" if args.top else "average" if args.average else _mix_weights(args.mix, model)
+    layers = "all" if args.all else "top" if args.top else "average" if args.average else args.mix
+    if args.mix is not None and len(args.mix) != model.config.num_representation_layers:  # a Hub model's config
+        raise CommandError(
+            f"--mix needs {model.config.num_representation_layers} weights (one per layer), got {len(args.mix)}",
+            code=2,
+        )
     options = {
         "layers": layers,
         "pooled": args.pooled,
@@ -132,18 +149,6 @@ def check_device(device: str):
         raise CommandError(f"--device {device}: MPS (Apple GPUs) is not available here")
     if kind not in ("cpu", "cuda", "mps"):
         raise CommandError(f"--device {device}: hf-elmo runs on cpu, cuda or mps")
-
-
-def _mix_weights(text: str, model) -> list[float]:
-    try:
-        weights = [float(w) for w in text.split(",")]
-    except ValueError as error:
-        raise CommandError(f"--mix takes comma-separated numbers, got {text!r}") from error
-    if len(weights) != model.config.num_representation_layers:
-        raise CommandError(
-            f"--mix needs {model.config.num_representation_layers} weights (one per layer), got {len(weights)}"
-        )
-    return weights
 
 
 def convert_command(args) -> int:
@@ -202,12 +207,16 @@ def export_command(args) -> int:
 
 
 def info_command(args) -> int:
-    model, _ = load_bilm(args.model)
-    config = model.config
+    model, _ = load(args.model)
+    config, bilm = model.config, bilm_of(model)
+    parameters = f"{model.num_parameters():,}"
+    if bilm is not model:
+        parameters += f" ({bilm.num_parameters():,} biLM, {model.num_parameters() - bilm.num_parameters():,} head)"
     rows = {
         "model": args.model,
         "dtype": str(model.dtype).removeprefix("torch."),
-        "parameters": f"{model.num_parameters():,}",
+        "parameters": parameters,
+        **(head_rows(model) if bilm is not model else {}),
         "representation layers": f"{config.num_representation_layers} (token layer + {config.n_layers} LSTM layers)",
         "representation size": f"{config.hidden_size} (2 x projection_dim {config.projection_dim})",
         "LSTM cells": f"{config.cell_dim} per direction and layer",
@@ -219,6 +228,27 @@ def info_command(args) -> int:
     for key, value in rows.items():
         print(f"{key}: {value}")
     return 0
+
+
+def head_rows(model: ElmoHeadModel) -> dict[str, str]:
+    """What `info` says of a task head: its class, labels, layer mix, task BiLSTM, pooling or CRF, and whether the
+    biLM trains with it."""
+    config = model.config
+    rows = {"head": type(model).__name__}
+    if isinstance(model, (ElmoForSequenceClassification, ElmoForTokenClassification)):
+        labels = [config.id2label[index] for index in sorted(config.id2label)]
+        rows["labels"] = f"{len(labels)}: {', '.join(map(str, labels))}"
+    rows["layer mix"] = (
+        f"fixed weights {config.mix_weights}" if config.mix_weights is not None else "learned (scalar mix)"
+    ) + (", layer norm" if config.mix_layer_norm else "")
+    rows["task LSTM"] = f"{config.task_lstm_dim} per direction" if config.task_lstm_dim else "none"
+    if isinstance(model, ElmoForSequenceClassification):
+        rows["pooling"] = config.pooling + (", sentence pairs" if config.pair_classification else "")
+    if isinstance(model, ElmoForTokenClassification):
+        constraint = f", {config.crf_constraint} transitions only" if config.crf_constraint else ""
+        rows["CRF"] = f"yes{constraint}" if config.use_crf else "no"
+    rows["biLM"] = "frozen (the mix and head train)" if config.freeze_bilm else "trained with the head"
+    return rows
 
 
 def pretrain_command(argv: list[str]) -> int:

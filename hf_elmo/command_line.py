@@ -5,17 +5,23 @@ This module imports nothing from the package: `import hf_elmo` registers ELMo wi
 Auto classes, which imports torch and transformers' model code, seconds before anything is printed
 (benchmarks/RESULTS.md, "Command start-up"). The `hf-elmo` console script, a module outside the package, runs this
 file without importing the package, so that `--help`, a subcommand's `--help`, an argument error and a path that does
-not exist are answered without them; `python -m hf_elmo.cli` (the form `torchrun` and `accelerate launch` take)
-parses with the same `parse_command`. `hf-elmo pretrain` is the exception: its parser is transformers'
-`HfArgumentParser` over `TrainingArguments`, so even its `--help` imports transformers.
+not exist are answered without them, as are the options of `embed` that cannot apply (`usage_error`: a count below
+1, `--mix` weights that are not numbers, or not one per layer of a local model's `config.json`); `python -m
+hf_elmo.cli` (the form `torchrun` and `accelerate launch` take) parses with the same `parse_command`. `hf-elmo
+pretrain` is the exception: its parser is transformers' `HfArgumentParser` over `TrainingArguments`, so even its
+`--help` imports transformers.
 """
 
 import argparse
+import json
+import math
 import sys
 from pathlib import Path
 
 # The compute dtypes of `embed` (torch's names).
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
+# The bundled models' folders (`hf_elmo.bundled`), found from this file without importing the package.
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 
 EMBED_DESCRIPTION = """\
 `hf-elmo embed MODEL INPUT OUTPUT` writes, for each line `i` of INPUT (one sentence per line, words separated by
@@ -29,7 +35,8 @@ AllenNLP's `allennlp elmo` command. Shapes per line, for `n` words and `dim = 2 
 `(1,)` holding a JSON string `{stripped line text: str(i)}` (the layout of `allennlp elmo`, so its readers work).
 `--format npy`: OUTPUT is a folder with one `{i}.npy` per line and `sentence_to_index.json` holding the same JSON.
 Empty lines, and undecodable ones skipped with `--errors skip`, are kept as entries with 0 words. INPUT may be
-gzip-compressed if its name ends in `.gz`. Lines are written as the run goes, into `OUTPUT.parts/`, which becomes
+gzip-compressed if its name ends in `.gz`. An INPUT with a line longer than `--max-line-length` characters is refused
+before anything is written, naming the line. Lines are written as the run goes, into `OUTPUT.parts/`, which becomes
 OUTPUT at the end, so that OUTPUT is complete or absent; a run that was stopped or killed continues with
 `--resume`, skipping the lines already written, if it has the same input file, model and output options.
 
@@ -74,6 +81,12 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
         default=1000,
         help="longer lines are run alone in windows of this many positions, the LSTM state carried "
         "(same result, bounded memory; default 1000)",
+    )
+    embed.add_argument(
+        "--max-line-length",
+        type=int,
+        default=100_000,
+        help="refuse an input holding a line of more characters, before anything is written (default 100000)",
     )
     embed.add_argument("--device", default="cpu", help="torch device, e.g. cpu, cuda, cuda:1 (default cpu)")
     embed.add_argument(
@@ -156,6 +169,47 @@ def missing_path(args: argparse.Namespace) -> str | None:
     return None
 
 
+def usage_error(args: argparse.Namespace) -> str | None:
+    """
+    The one-line error for an `embed` option that cannot apply, or None; `args.mix` becomes its list of weights. The
+    number of `--mix` weights is checked against the config of a local folder or bundled model here, before anything
+    loads (against a Hub model's, by the command once it has the config).
+    """
+    if args.command != "embed":
+        return None
+    for flag in ("--batch-size", "--max-words", "--max-line-length"):
+        if (value := getattr(args, flag[2:].replace("-", "_"))) < 1:
+            return f"{flag} must be at least 1, got {value}"
+    if args.mix is None:
+        return None
+    try:
+        args.mix = [float(weight) for weight in args.mix.split(",")]
+    except ValueError:
+        return f"--mix takes comma-separated numbers, got {args.mix!r}"
+    if not all(map(math.isfinite, args.mix)):
+        return f"--mix takes finite numbers, got {','.join(map(str, args.mix))}"
+    layers = local_representation_layers(args.model)
+    if layers is not None and len(args.mix) != layers:
+        return f"--mix needs {layers} weights (one per layer), got {len(args.mix)}"
+    return None
+
+
+def local_representation_layers(model: str) -> int | None:
+    """
+    The layers a model returns (`ElmoConfig.num_representation_layers`: the token layer and one per LSTM layer), read
+    from `config.json` where the name is a local folder or a bundled model; None for a Hub id and for a config that
+    cannot be read (the command's loader says why).
+    """
+    folder = Path(model).expanduser()
+    if not folder.exists() and not is_path_only(model) and "/" not in model:
+        folder = BUNDLED_DIR / model
+    try:
+        n_layers = json.loads((folder / "config.json").read_text(encoding="utf-8"))["n_layers"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return n_layers + 1 if isinstance(n_layers, int) else None
+
+
 def parse_command(argv=None, prog: str = "hf-elmo") -> tuple[str, argparse.Namespace | list[str]] | int:
     """
     `hf-elmo ARGV` parsed: the command and its arguments (for `pretrain`, the list its own parser reads), or the exit
@@ -169,4 +223,7 @@ def parse_command(argv=None, prog: str = "hf-elmo") -> tuple[str, argparse.Names
     if error := missing_path(args):
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
+    if error := usage_error(args):
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
     return args.command, args

@@ -32,7 +32,7 @@ import torch
 from .alphabet_elmo import MARKER_ROLES, CharacterAlphabet
 from .configuration_elmo import ElmoConfig
 from .errors import ElmoConversionError, first_line
-from .folders import atomic_directory
+from .folders import atomic_directory, write_error
 from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import CHAR_VOCAB_FILE, WORD_INPUT_VOCAB_FILE, ElmoTokenizer
@@ -297,8 +297,11 @@ def _unpacked(model_path: Path, scratch: Path) -> Path:
             for name in archive.namelist():
                 # Only the files of the release folder, written under their base names (no path from the archive).
                 if os.path.dirname(name) == folder and not name.endswith("/"):
-                    with archive.open(name) as source, open(scratch / os.path.basename(name), "wb") as target:
-                        shutil.copyfileobj(source, target)
+                    try:
+                        with archive.open(name) as source, open(scratch / os.path.basename(name), "wb") as target:
+                            shutil.copyfileobj(source, target)
+                    except OSError as error:  # the temporary folder's disk is full
+                        raise write_error(scratch, error) from error
     except zipfile.BadZipFile as error:
         raise ElmoConversionError(f"{model_path} is neither a folder nor a readable .zip: {error}") from error
     return scratch

@@ -19,7 +19,7 @@ import torch
 
 from .configuration_elmo import ElmoConfig
 from .errors import ElmoConversionError
-from .folders import atomic_directory
+from .folders import WRITE_ADVICE, atomic_directory, write_error
 from .loading import load_model
 from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
@@ -55,9 +55,9 @@ def resolve_file(path_or_url: str | os.PathLike, cache_dir: str | os.PathLike | 
     target = cache / text.rstrip("/").rsplit("/", 1)[-1]
     if target.is_file():
         return target
-    cache.mkdir(parents=True, exist_ok=True)
     partial = target.with_name(target.name + ".part")
     try:
+        cache.mkdir(parents=True, exist_ok=True)
         with urllib.request.urlopen(text, timeout=30) as response, open(partial, "wb") as out:
             from tqdm.auto import tqdm
 
@@ -68,6 +68,8 @@ def resolve_file(path_or_url: str | os.PathLike, cache_dir: str | os.PathLike | 
                     progress.update(len(chunk))
     except (urllib.error.URLError, OSError) as error:
         partial.unlink(missing_ok=True)
+        if error.errno in WRITE_ADVICE:  # the download came, the cache could not keep it (a full disk, read-only)
+            raise write_error(partial, error) from error
         reason = getattr(error, "reason", error)
         raise ElmoConversionError(
             f"could not download {text}: {reason}. Without network access, fetch the file elsewhere and pass "

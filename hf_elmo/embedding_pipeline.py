@@ -2,13 +2,16 @@
 
 `embed_file` runs it: each process of the job (`JobProcess`) embeds its shard of the input, a length-sorted batch at
 a time (`batch_lines`, `embed_batch`, `embed_long`, `select_layers`), into `OUTPUT.parts/` (`Hdf5Output`,
-`NpyOutput`), stopping between batches on Ctrl-C (`DeferredStop`); rank 0 then assembles OUTPUT. A run is identified
-by its input, model and output options (`run_identity`), and only the run it continues may resume from the parts.
+`NpyOutput`), stopping within moments on Ctrl-C or SIGTERM, never in the middle of a write (`DeferredStop`); rank 0
+then assembles OUTPUT. A run is identified by its input, model and output options (`run_identity`), only the run it
+continues may resume from the parts, and one run at a time holds them (a lock on `OUTPUT.parts/`).
 The layouts and shapes are described in `hf_elmo/command_line.py` (`hf-elmo embed --help`), which parses the
 arguments; the `embed` command of `hf_elmo/cli.py` calls `embed_file`.
 """
 
+import contextlib
 import hashlib
+import io
 import itertools
 import json
 import os
@@ -26,7 +29,8 @@ import numpy as np
 import torch
 
 from .errors import CommandError, first_line
-from .text_files import TextFileError, UndecodableLine, count_lines, read_lines
+from .folders import lock_folder
+from .text_files import LineTooLong, TextFileError, UndecodableLine, count_lines, read_lines
 
 # Lines read ahead and sorted by length, so that each batch holds sentences of similar length.
 BUCKET_BATCHES = 32
@@ -113,12 +117,15 @@ class PartsOutput:
     A run writes into `OUTPUT.parts/`: its identity (`run_identity`) in `hf_elmo_embed.json`, then finished lines,
     each file written whole (temporary name, then renamed). `finish` builds OUTPUT from the parts in one rename, so
     OUTPUT is complete or absent; a stopped run resumes from the parts, and only the run it continues may do so.
-    Rank 0 checks and makes the folder; each other rank opens it with `joins_rank_zero`.
+    Rank 0 checks and makes the folder, and holds a lock on it (`folders.lock_folder`) until `release`, so that a
+    second run on the same parts stops at once instead of redoing the work; each other rank opens it with
+    `joins_rank_zero`.
     """
 
     def __init__(self, path: Path, identity: dict, resume: bool, joins_rank_zero: bool = False):
         self.path, self.parts = path, path.with_name(path.name + ".parts")
         self.state_file = self.parts / f"{SETTINGS_NAME}.json"
+        self.lock = None
         if joins_rank_zero:  # rank > 0: rank 0 has checked and made the folder; this one checks its job is the same
             if not self.state_file.is_file():
                 raise CommandError(
@@ -132,16 +139,42 @@ class PartsOutput:
             raise CommandError(
                 f"{path} exists" + (" and is complete" if resume else "") + "; remove it to write it again"
             )
-        if self.parts.exists() and not resume:
-            raise CommandError(f"{self.parts} holds an unfinished run; pass --resume to continue it, or remove it")
-        if self.parts.exists():
-            _check_identity(self.state_file, identity, self.parts)
         try:
-            self.parts.mkdir(parents=True, exist_ok=True)
-            _write_whole(self.state_file, lambda handle: handle.write(json.dumps(identity, indent=1).encode()))
-        except OSError as error:
-            raise CommandError(f"cannot write to {self.parts}: {error.strerror or error}") from error
-        self.finished = self.finished_lines()
+            if self.parts.exists():
+                self._lock()
+                if not resume:
+                    raise CommandError(
+                        f"{self.parts} holds an unfinished run; pass --resume to continue it, or remove it"
+                    )
+                _check_identity(self.state_file, identity, self.parts)
+            try:
+                self.parts.mkdir(parents=True, exist_ok=True)
+                if self.lock is None:
+                    self._lock()
+                _write_whole(self.state_file, lambda handle: handle.write(json.dumps(identity, indent=1).encode()))
+            except OSError as error:
+                raise CommandError(f"cannot write to {self.parts}: {error.strerror or error}") from error
+            self.finished = self.finished_lines()
+        except BaseException:
+            self.release()
+            raise
+
+    def _lock(self):
+        """Takes the lock on `OUTPUT.parts/`; a one-line error where another run holds it. Where the filesystem
+        cannot lock folders, the run goes on without."""
+        try:
+            self.lock = lock_folder(self.parts)
+        except BlockingIOError as error:
+            raise CommandError(
+                f"another run is writing {self.parts} (it holds its lock); wait for it to end, or stop it and rerun "
+                "with --resume"
+            ) from error
+
+    def release(self):
+        """Drops the lock on `OUTPUT.parts/` (the end of the process drops it too)."""
+        if self.lock is not None:
+            os.close(self.lock)
+            self.lock = None
 
     def finished_lines(self) -> set[str]:
         raise NotImplementedError
@@ -234,11 +267,17 @@ class NpyOutput(PartsOutput):
 
 
 def _write_whole(path: Path, write):
-    """Calls `write(handle)` on a temporary file beside `path` and renames it to `path` once complete."""
+    """
+    Calls `write(buffer)` on an in-memory buffer, writes its bytes to a temporary file beside `path` and renames it
+    to `path` once complete. The file is written by its own `write`, which names the cause of a failure (a full
+    disk), where numpy writing an array to a file would say only "N requested and M written".
+    """
+    buffer = io.BytesIO()
+    write(buffer)
     partial = path.with_name(f".{path.name}.partial")
     try:
         with open(partial, "wb") as handle:
-            write(handle)
+            handle.write(buffer.getbuffer())
         os.replace(partial, path)
     except BaseException:
         partial.unlink(missing_ok=True)
@@ -261,10 +300,14 @@ def _check_identity(state_file: Path, identity: dict, parts: Path):
 
 
 class DeferredStop:
-    """Turns SIGINT/SIGTERM into a flag checked between batches, so a stopped run never leaves a half-written one."""
+    """
+    SIGINT and SIGTERM stop the run within moments, as a `CommandError` naming the parts folder and the `done` lines:
+    at once while a batch is computed (the batch is dropped; none of it was written), however long the batch, and
+    right after the write while one is written (`writing`), so that a stopped run never leaves a half-written file.
+    """
 
-    def __init__(self):
-        self.signal = None
+    def __init__(self, parts: Path, done: int = 0):
+        self.parts, self.done, self.signal, self.in_write = parts, done, None, False
 
     def __enter__(self):
         self.previous = {sig: signal.signal(sig, self._record) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -272,18 +315,30 @@ class DeferredStop:
 
     def _record(self, signum, frame):
         self.signal = signum
+        if not self.in_write:
+            raise self.stopped()
 
     def __exit__(self, *exc):
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
 
-    def check(self, parts: Path, done: int):
+    @contextlib.contextmanager
+    def writing(self):
+        """A write that a signal does not cut: the stop comes once the block is over."""
+        self.in_write = True
+        try:
+            yield
+        finally:
+            self.in_write = False
         if self.signal is not None:
-            raise CommandError(
-                f"stopped by signal {self.signal} after {done} lines; the finished lines are in {parts}/, "
-                f"rerun with --resume to continue",
-                code=128 + self.signal,
-            )
+            raise self.stopped()
+
+    def stopped(self) -> CommandError:
+        return CommandError(
+            f"stopped by signal {self.signal} after {self.done} lines; the finished lines are in {self.parts}/, "
+            f"rerun with --resume to continue",
+            code=128 + self.signal,
+        )
 
 
 # -- several processes ------------------------------------------------------------------------------------------------
@@ -382,7 +437,10 @@ def text_lines(path: Path, errors: str, shard: tuple[int, int] = (0, 1)) -> Iter
 
 def input_error(error: TextFileError) -> CommandError:
     """The one-line error for an input file that cannot be read, naming the flag that reads past a bad line."""
-    hint = "; pass --errors replace or --errors skip" if isinstance(error, UndecodableLine) else ""
+    hint = {
+        UndecodableLine: "; pass --errors replace or --errors skip",
+        LineTooLong: "; split it into sentences, or raise --max-line-length",
+    }.get(type(error), "")
     return CommandError(f"{error}{hint}")
 
 
@@ -391,7 +449,8 @@ class EmbedSettings:
     """
     How every line is embedded and stored: `split` makes its words, `errors` reads it as `text_lines` does, `layers`
     is "all", "top", "average" or one weight per layer, `pooled` averages over its words (shapes: `embed --help`).
-    Lines come `batch_size` at a time; one of more than `max_words` words comes alone, run in windows of as many.
+    Lines come `batch_size` at a time; one of more than `max_words` words comes alone, run in windows of as many. An
+    input with a line of more than `max_line_length` characters is refused before anything is written.
     """
 
     split: Callable[[str], list[str]]
@@ -400,6 +459,7 @@ class EmbedSettings:
     pooled: bool
     batch_size: int
     max_words: int
+    max_line_length: int
 
 
 def open_output(
@@ -439,7 +499,8 @@ def embed_shard(
 ):
     """
     Embeds every unfinished line of `shard` (`(rank, world_size)`, see `JobProcess`; `total` lines), a batch at a
-    time, writing and flushing after each batch; SIGINT or SIGTERM stops it between batches. Rank 0 shows progress.
+    time, writing and flushing after each batch; SIGINT or SIGTERM stops it within moments (`DeferredStop`). Rank 0
+    shows progress.
     """
     from tqdm.auto import tqdm
 
@@ -448,7 +509,7 @@ def embed_shard(
     lines = text_lines(input_path, settings.errors, shard)
     try:
         with (
-            DeferredStop() as stop,
+            DeferredStop(output.parts, done) as stop,
             tqdm(
                 total=total,
                 initial=done,
@@ -465,12 +526,13 @@ def embed_shard(
                     results = [embed_long(model, tokenizer, batch[0][1], settings.max_words)]
                 else:
                     results = embed_batch(model, tokenizer, [words for _, words in batch])
-                for (index, _), hidden_states in zip(batch, results):
-                    output.write(index, select_layers(hidden_states, settings.layers, settings.pooled))
-                output.commit()
-                bar.update(len(batch))
-                done += len(batch)
-                stop.check(output.parts, done)
+                arrays = [select_layers(hidden_states, settings.layers, settings.pooled) for hidden_states in results]
+                with stop.writing():
+                    for (index, _), array in zip(batch, arrays):
+                        output.write(index, array)
+                    output.commit()
+                    bar.update(len(batch))
+                    stop.done += len(batch)
     except TextFileError as error:
         raise input_error(error) from error
     except (OSError, RuntimeError) as error:
@@ -495,6 +557,21 @@ def assemble(output: Hdf5Output | NpyOutput, input_path: Path, errors: str, sent
     return skipped
 
 
+def count_input(input_path: Path, process: JobProcess, max_line_length: int) -> tuple[int | None, int]:
+    """
+    `(lines of the input, lines of this process's shard)`, the first on rank 0 alone, which reads every line: an input
+    that cannot be read, or holding a line of more than `max_line_length` characters, is refused before any line is
+    written.
+    """
+    try:
+        total = count_lines(input_path, max_characters=max_line_length) if process.rank == 0 else None
+        if process.world_size == 1:
+            return total, total
+        return total, count_lines(input_path, process.shard, max_characters=max_line_length)
+    except TextFileError as error:
+        raise input_error(error) from error
+
+
 def embed_file(
     model,
     tokenizer,
@@ -514,11 +591,7 @@ def embed_file(
     last. `identity` is the run's (`run_identity`); with `resume`, a stopped run with the same identity continues.
     Returns, on rank 0, the number of lines and the numbers of those skipped as not text (None on other ranks).
     """
-    try:
-        total = count_lines(input_path) if process.rank == 0 else None
-        own_lines = total if process.world_size == 1 else count_lines(input_path, process.shard)
-    except TextFileError as error:
-        raise input_error(error) from error
+    total, own_lines = process.run_in_lockstep(partial(count_input, input_path, process, settings.max_line_length))
     output = process.run_in_lockstep(
         partial(open_output, output_format, output_path, identity, resume) if process.rank == 0 else None
     )
@@ -545,4 +618,7 @@ def embed_file(
         if process.rank == 0:
             output.discard_if_empty()
         raise
+    finally:
+        if output is not None:
+            output.release()
     return (total, skipped) if process.rank == 0 else None

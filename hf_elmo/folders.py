@@ -2,16 +2,46 @@
 `open` would leave it, and uploads to the Hub as it is.
 
 The converters (`conversion_original.py`, `conversion_elmoformanylangs.py`), the ONNX export and pre-training write
-their outputs through [`atomic_directory`].
+their outputs through [`atomic_directory`]: into a staging folder beside the output, `.NAME.incomplete-XXXXXXXX`,
+renamed to NAME once complete. While it writes, the process holds an exclusive `flock` on its staging folder, so
+that a later write of NAME tells the staging folder of a killed writer (no lock: removed) from a live one's (kept).
+A write that fails, on a full disk or a read-only folder, is one line naming the cause.
 """
 
 import contextlib
+import errno
+import glob
 import os
 import shutil
 import tempfile
 from pathlib import Path
 
-from .errors import ElmoConversionError
+from .errors import ElmoConversionError, first_line
+
+try:
+    import fcntl
+except ImportError:  # Windows: staging folders are not locked, and none is ever taken for a killed writer's
+    fcntl = None
+
+# What names a staging folder: `.NAME` + this + tempfile's random suffix.
+STAGING_MARK = ".incomplete-"
+# The advice a failed write ends with, by errno.
+WRITE_ADVICE = {
+    errno.ENOSPC: "free some space and run again",
+    errno.EDQUOT: "free some space and run again",
+    errno.EROFS: "write to a folder on a writable filesystem",
+    errno.EACCES: "write to a folder you are allowed to write to",
+    errno.EPERM: "write to a folder you are allowed to write to",
+}
+
+
+def write_error(path: str | os.PathLike, error: OSError) -> ElmoConversionError:
+    """The one-line error for a failed write of `path`: the cause as the system names it (a full disk, a read-only
+    filesystem) and what to do."""
+    advice = WRITE_ADVICE.get(error.errno)
+    return ElmoConversionError(
+        f"cannot write {path}: {error.strerror or first_line(error)}" + (f"; {advice}" if advice else "")
+    )
 
 
 def apply_umask(folder: Path):
@@ -25,11 +55,49 @@ def apply_umask(folder: Path):
         os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
+def lock_folder(folder: Path) -> int | None:
+    """
+    An open descriptor of `folder` holding an exclusive `flock` on it, which the system drops when the process ends
+    however it ends; the caller closes it. `BlockingIOError` where another process (or another descriptor) holds the
+    lock; None where the filesystem cannot lock folders (no one can then tell a dead writer's folder: none is removed).
+    """
+    if fcntl is None:
+        return None
+    descriptor = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(descriptor)
+        raise
+    except OSError:
+        os.close(descriptor)
+        return None
+    return descriptor
+
+
+def remove_stale_staging(output_dir: Path):
+    """Removes the staging folders of `output_dir` that killed writers left: those no live process locks."""
+    pattern = glob.escape(str(output_dir.parent / f".{output_dir.name}{STAGING_MARK}")) + "*"
+    for candidate in map(Path, glob.glob(pattern)):
+        try:
+            if candidate.is_symlink() or not candidate.is_dir():
+                continue
+            descriptor = lock_folder(candidate)
+        except OSError:  # locked by a live writer, or gone meanwhile
+            continue
+        if descriptor is not None:
+            try:
+                shutil.rmtree(candidate, ignore_errors=True)
+            finally:
+                os.close(descriptor)
+
+
 @contextlib.contextmanager
 def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
     """
-    Yields a temporary folder beside `output_dir` that becomes `output_dir` only if the block succeeds; on any
-    error it is removed and `output_dir` is left as it was.
+    Yields a staging folder beside `output_dir` that becomes `output_dir` only if the block succeeds; on any error it
+    is removed and `output_dir` is left as it was. An `OSError` (a full disk, a read-only folder) is an
+    `ElmoConversionError` of one line naming it. Staging folders of `output_dir` left by killed writers go first.
     """
     output_dir = Path(output_dir)
     if output_dir.exists() and not output_dir.is_dir():
@@ -38,16 +106,57 @@ def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
         raise ElmoConversionError(
             f"{output_dir} exists and is not empty (pass --overwrite, or overwrite=True, to replace it)"
         )
-    output_dir.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}.", dir=output_dir.parent))
+    staging, descriptor = None, None
     try:
+        output_dir.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_staging(output_dir)
+        staging, descriptor = locked_staging(output_dir)
         yield staging
         apply_umask(staging)
-        if output_dir.exists():
-            shutil.rmtree(output_dir)
-        staging.rename(output_dir)
+        replace_folder(staging, output_dir)
+    except OSError as error:
+        raise write_error(output_dir, error) from error
     finally:
-        shutil.rmtree(staging, ignore_errors=True)
+        if staging is not None:
+            shutil.rmtree(staging, ignore_errors=True)
+        if descriptor is not None:
+            os.close(descriptor)
+
+
+def locked_staging(output_dir: Path) -> tuple[Path, int | None]:
+    """
+    A new staging folder of `output_dir` and the descriptor holding its lock (`lock_folder`). Between making and
+    locking it, another writer of `output_dir` may take it for a killed writer's and remove it: then another is made.
+    """
+    while True:
+        staging = Path(tempfile.mkdtemp(prefix=f".{output_dir.name}{STAGING_MARK}", dir=output_dir.parent))
+        try:
+            descriptor = lock_folder(staging)
+        except (FileNotFoundError, BlockingIOError):  # removed, or being removed
+            continue
+        if descriptor is None or os.fstat(descriptor).st_nlink > 0:
+            return staging, descriptor
+        os.close(descriptor)  # locked once the remover was done with it: a removed folder
+
+
+def replace_folder(source: Path, target: Path):
+    """
+    Renames `source` to `target`. An existing `target` is moved aside first (into `.NAME.replaced-XXXXXXXX`) and
+    removed only once `source` stands in its place, or moved back if the rename fails: a user's folder is never
+    removed before its replacement is complete and in place.
+    """
+    if not target.exists():
+        source.rename(target)
+        return
+    retired = Path(tempfile.mkdtemp(prefix=f".{target.name}.replaced-", dir=target.parent))
+    target.rename(retired / target.name)
+    try:
+        source.rename(target)
+    except OSError:
+        (retired / target.name).rename(target)
+        retired.rmdir()
+        raise
+    shutil.rmtree(retired, ignore_errors=True)
 
 
 def push_to_hub(folder, repo_id: str, private: bool = False) -> str:

@@ -28,6 +28,8 @@ import re
 import warnings
 
 INSTALL_HINT = 'pip install "hf_elmo[korean]"'
+# The korean extra's requirement (pyproject.toml), for a folder's code run where hf_elmo may not be installed.
+KIWIPIEPY_REQUIREMENT = "kiwipiepy>=0.21"
 # Whitespace words as `str.split` finds them.
 _WORD = re.compile(r"\S+")
 
@@ -39,25 +41,44 @@ class MissingKoreanExtraError(ImportError, ValueError):
     """
 
 
-def _import_kiwipiepy():
-    """The `kiwipiepy` module; a one-line `MissingKoreanExtraError` naming the extra when it is not installed."""
+def install_hint(recorded: dict[str, str] | None = None) -> str:
+    """
+    What to install for the analyser: the korean extra where this module is hf_elmo's; where it is a model folder's
+    copy, run with `trust_remote_code=True` (where hf_elmo may not be installed, and its extra means nothing),
+    kiwipiepy itself: the versions a tokenizer `recorded`, else the extra's requirement.
+    """
+    if __name__.split(".")[0] == "hf_elmo":
+        return INSTALL_HINT
+    if recorded:
+        return "pip install " + " ".join(f"{name}=={version}" for name, version in recorded.items())
+    return f'pip install "{KIWIPIEPY_REQUIREMENT}"'
+
+
+def _import_kiwipiepy(recorded: dict[str, str] | None = None):
+    """The `kiwipiepy` module; a one-line `MissingKoreanExtraError` saying what to install when it is not installed
+    (`install_hint`)."""
     # The import sits in a try block also so that transformers' check of a saved folder's code (trust_remote_code)
     # does not ask for kiwipiepy to load a model that does not use it.
     try:
         import kiwipiepy
     except ImportError as error:
-        raise MissingKoreanExtraError(f"the korean_morphemes pre-tokenizer needs kiwipiepy: {INSTALL_HINT}") from error
+        raise MissingKoreanExtraError(
+            f"the korean_morphemes pre-tokenizer needs kiwipiepy: {install_hint(recorded)}"
+        ) from error
     return kiwipiepy
 
 
-def installed_versions() -> dict[str, str]:
-    """`{"kiwipiepy": version, "kiwipiepy_model": version}`: the code and the model a segmentation depends on."""
-    kiwipiepy = _import_kiwipiepy()
+def installed_versions(recorded: dict[str, str] | None = None) -> dict[str, str]:
+    """
+    `{"kiwipiepy": version, "kiwipiepy_model": version}`: the code and the model a segmentation depends on. Where
+    they are missing, the one-line error names the versions a tokenizer `recorded` when it is a folder's code.
+    """
+    kiwipiepy = _import_kiwipiepy(recorded)
     try:
         import kiwipiepy_model
     except ImportError as error:
         raise MissingKoreanExtraError(
-            f"kiwipiepy is installed without its model, kiwipiepy_model: {INSTALL_HINT}"
+            f"kiwipiepy is installed without its model, kiwipiepy_model: {install_hint(recorded)}"
         ) from error
     return {"kiwipiepy": kiwipiepy.__version__, "kiwipiepy_model": kiwipiepy_model.__version__}
 

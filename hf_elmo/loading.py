@@ -2,8 +2,9 @@
 
 A name is a local folder, else a bundled model's name (`hf_elmo.bundled`), else a Hub id: [`resolve_model_name`] says
 what `from_pretrained` loads for it. [`load_model`] and [`load_model_and_tokenizer`] resolve the name once and load
-it; whatever fails, from the name to the weights, is a `ValueError` of one line naming the model and, where there is
-one, the fix. The commands (`hf_elmo.cli`, `hf_elmo.pretraining`, the exports), and the examples, load through here.
+it; whatever fails, from the name to the weights and the tokenizer files its config needs, is a `ValueError` of one
+line naming the model and, where there is one, the fix. The commands (`hf_elmo.cli`, `hf_elmo.pretraining`, the
+exports), and the examples, load through here.
 
 Nothing here changes another library's settings: where the Hub cannot be reached, a Hub id in the Hub cache resolves
 to its folder there, which `from_pretrained` reads as any local folder.
@@ -19,17 +20,20 @@ from pathlib import Path
 
 import torch
 
+from .alphabet_elmo import CHAR_VOCAB_FILE, CharacterAlphabet
 from .bundled import BUNDLED_MODELS, bundled_model_path
 from .command_line import is_path_only
 from .configuration_elmo import ElmoConfig
 from .errors import first_line
 from .modeling_elmo import AUTO_CLASSES, ElmoHeadModel, ElmoModel, ElmoPreTrainedModel
-from .tokenization_elmo import ElmoTokenizer
+from .tokenization_elmo import WORD_INPUT_VOCAB_FILE, ElmoTokenizer
 
 # The classes a folder's `config.architectures` may name that `load_model` loads as named, where no class is given:
 # the task heads. Any other ELMo folder (`ElmoModel`, `ElmoForPreTraining`) loads as its biLM, `ElmoModel`: a
 # pre-training softmax serves pre-training alone, which asks for `ElmoForPreTraining` by name.
 HEADS = {model.__name__: model for model in AUTO_CLASSES.values() if issubclass(model, ElmoHeadModel)}
+# The tokenizer's settings (pre-tokenizer, characters per token), which transformers writes beside its files.
+TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 
 def resolve_model_name(name: str, hub: bool = True) -> str:
@@ -146,15 +150,76 @@ def load_model_and_tokenizer(
 ) -> tuple[ElmoPreTrainedModel, ElmoTokenizer]:
     """
     `load_model(...)` and the model's `ElmoTokenizer`, from the same folder or Hub id (the name is resolved once).
-    A folder without tokenizer files gets the default tokenizer of the model's token width.
+    A folder without any tokenizer file gets the default tokenizer of the model's token width; one that lacks a file
+    its config needs (`check_tokenizer_files`), or whose tokenizer disagrees with the config, is refused.
     """
     path = resolve_model_name(str(name), hub)
+    folder = Path(path)
+    if folder.is_dir():  # before the weights load: the check needs the config alone
+        with one_line_errors(name):
+            config = ElmoConfig.from_pretrained(path)
+        check_tokenizer_files(folder, config, name)
     with one_line_errors(name):
         model = _from_pretrained(path, model_class, device, from_pretrained_kwargs)
+        if folder.is_dir() and not (folder / TOKENIZER_CONFIG_FILE).is_file():
+            return model, ElmoTokenizer(model.config.max_characters_per_token)
         tokenizer = ElmoTokenizer.from_pretrained(path)
-    if tokenizer.max_characters_per_token != model.config.max_characters_per_token:
+    if tokenizer.max_characters_per_token != model.config.max_characters_per_token and not folder.is_dir():
+        # A Hub repository whose tokenizer files do not say the width: the model's.
         tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
+    check_tokenizer(tokenizer, model.config, name)
     return model, tokenizer
+
+
+def check_tokenizer_files(folder: Path, config: ElmoConfig, name: str | os.PathLike) -> None:
+    """
+    A one-line `ValueError` for a model folder that lacks a tokenizer file its config needs: `char_vocab.json` for a
+    learned character vocabulary, `word_input_vocab.json` for a word input, and `tokenizer_config.json` (the
+    pre-tokenizer, the characters per token) wherever the folder holds any tokenizer file. Without them the
+    tokenizer would give other ids or other units, and the model other vectors, without a word. A folder with no
+    tokenizer file at all and a byte alphabet takes the default tokenizer.
+    """
+    needed = []
+    if config.char_vocab_size is not None:
+        needed.append(CHAR_VOCAB_FILE)
+    if config.word_input_vocab_size is not None:
+        needed.append(WORD_INPUT_VOCAB_FILE)
+    if needed or any((folder / file).is_file() for file in ElmoTokenizer.vocab_files_names.values()):
+        needed.append(TOKENIZER_CONFIG_FILE)
+    missing = [file for file in needed if not (folder / file).is_file()]
+    if missing:
+        raise ValueError(
+            f"{name} lacks {' and '.join(missing)}, which its tokenizer needs (without, the model would read other "
+            "ids or units); copy or download the model folder again"
+        )
+
+
+def check_tokenizer(tokenizer: ElmoTokenizer, config: ElmoConfig, name: str | os.PathLike) -> None:
+    """A one-line `ValueError` for a tokenizer that gives a model other rows than its config reads: another number of
+    characters per token, another character vocabulary, or word inputs where the config has none or none where it
+    has some."""
+    alphabet = CharacterAlphabet.from_config(config)
+    disagreements = []
+    if tokenizer.max_characters_per_token != config.max_characters_per_token:
+        disagreements.append(
+            f"max_characters_per_token {tokenizer.max_characters_per_token} (the config's: "
+            f"{config.max_characters_per_token})"
+        )
+    if (tokenizer.alphabet.learned, tokenizer.alphabet.size, tokenizer.alphabet.markers) != (
+        alphabet.learned,
+        alphabet.size,
+        alphabet.markers,
+    ):
+        disagreements.append(
+            f"a character vocabulary of {tokenizer.alphabet.size} (the config's: {alphabet.size}, or other markers)"
+        )
+    if (tokenizer.word_input_vocab is None) != (config.word_input_vocab_size is None):
+        disagreements.append("word inputs" if config.word_input_vocab_size is None else "no word inputs")
+    if disagreements:
+        raise ValueError(
+            f"the tokenizer of {name} disagrees with its config: it has {'; '.join(disagreements)}; copy or download "
+            "the model folder again"
+        )
 
 
 def _from_pretrained(

@@ -10,9 +10,14 @@ the output folder loads as `ElmoTokenizer`, `ElmoModel` (the biLM alone) or `Elm
 The command line is parsed by `HfArgumentParser` over the dataclasses below and `TrainingArguments`, so every
 `TrainingArguments` option works (`--warmup_steps`, `--gradient_accumulation_steps`, `--lr_scheduler_type`...), each
 also spelled with dashes; `--help` lists them with their defaults.
+
+The output folder is complete or absent ([`RunFolders`]): the run works in `OUTPUT.parts/` beside it (tokenizer,
+word counts, checkpoints), which `--resume` continues, and the finished model becomes `--output-dir` in one rename.
 """
 
+import contextlib
 import ctypes
+import json
 import math
 import os
 import platform
@@ -20,18 +25,22 @@ import shlex
 import shutil
 import sys
 import tempfile
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
 from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
+from .errors import CommandError, ElmoConversionError, first_line
+from .folders import apply_umask, atomic_directory, replace_folder
 from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
@@ -297,7 +306,16 @@ class PretrainingArguments(TrainingArguments):
     """`TrainingArguments` with this command's defaults, the short flags it always had, and what becomes of the
     checkpoints."""
 
-    output_dir: str = field(metadata={"help": "the checkpoints while training, then the model folder"})
+    output_dir: str = field(
+        metadata={"help": "the model folder, written when training ends; until then the run works in OUTPUT_DIR.parts"}
+    )
+    overwrite_output_dir: bool = field(
+        default=False,
+        metadata={
+            "help": "replace a non-empty --output-dir when training ends; without --resume, also start over from a "
+            "stopped run in OUTPUT_DIR.parts"
+        },
+    )
     per_device_train_batch_size: int = field(
         default=64, metadata={"aliases": ["--batch-size"], "help": "sentences per process and step"}
     )
@@ -324,7 +342,13 @@ class PretrainingArguments(TrainingArguments):
         },
     )
     remove_unused_columns: bool = field(default=False, metadata={"help": "keep False: the collator reads the text"})
-    resume: bool = field(default=False, metadata={"help": "continue from the last checkpoint in --output-dir"})
+    resume: bool = field(
+        default=False,
+        metadata={
+            "help": "continue the stopped run in OUTPUT_DIR.parts from its last complete checkpoint (or a finished "
+            "one kept with --keep-checkpoints, when asked for more steps)"
+        },
+    )
     keep_checkpoints: bool = field(
         default=False,
         metadata={
@@ -394,9 +418,223 @@ def save_tokenizer(
     tokenizer.save_pretrained(output_dir)
 
 
+def check_text_files(data_args: DataArguments) -> None:
+    """A one-line `ValueError` for a training or validation file that cannot be opened, before anything loads."""
+    for flag, paths in (("--train-file", data_args.train_file), ("--validation-file", data_args.validation_file)):
+        for path in paths:
+            try:
+                open(path, "rb").close()
+            except OSError as error:
+                raise ValueError(f"cannot read {flag} {path}: {error.strerror or first_line(error)}") from error
+
+
+# -- the output folder ------------------------------------------------------------------------------------------------
+
+# The Trainer's checkpoint folders are `checkpoint-STEP`; it writes `trainer_state.json` into one last.
+CHECKPOINT_PREFIX = "checkpoint-"
+TRAINER_STATE = "trainer_state.json"
+
+
+@dataclass(frozen=True)
+class RunFolders:
+    """
+    Where a run writes. The model folder `output` (`--output-dir`) appears when the run finishes, in one rename, so
+    that it is complete or absent; until then the run's work is in `parts`, `OUTPUT.parts/` beside it (as `hf-elmo
+    embed` writes): the tokenizer and word counts, made whole before training starts, then the Trainer's checkpoints,
+    which `--resume` continues from.
+    """
+
+    output: Path
+    parts: Path
+
+    @classmethod
+    def of(cls, output_dir: str | os.PathLike) -> "RunFolders":
+        output = Path(os.path.abspath(output_dir))
+        return cls(output, output.with_name(output.name + ".parts"))
+
+
+class SavedCheckpoints(NamedTuple):
+    """The checkpoints of a folder: the last complete one and its Trainer state (None where there is none), and the
+    incomplete ones, stopped while being saved (a kill, a full disk) before their `trainer_state.json` was written."""
+
+    last: Path | None
+    state: dict | None
+    incomplete: list[Path]
+
+
+def saved_checkpoints(folder: Path) -> SavedCheckpoints:
+    """The `checkpoint-STEP` folders of `folder`, complete or not (a `trainer_state.json` missing or cut short)."""
+    steps = {
+        int(path.name.removeprefix(CHECKPOINT_PREFIX)): path
+        for path in folder.glob(f"{CHECKPOINT_PREFIX}*")
+        if path.is_dir() and path.name.removeprefix(CHECKPOINT_PREFIX).isdigit()
+    }
+    last, last_state, incomplete = None, None, []
+    for step in sorted(steps):
+        try:
+            state = json.loads((steps[step] / TRAINER_STATE).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            incomplete.append(steps[step])
+        else:
+            last, last_state = steps[step], state
+    return SavedCheckpoints(last, last_state, incomplete)
+
+
+def asks_for_more_steps(state: dict, training_args: TrainingArguments) -> bool:
+    """Whether a run of `training_args` resumed from a checkpoint of Trainer `state` trains at all: a finished run's
+    last checkpoint trains on only when asked for more steps (or, counted in epochs, more epochs) than it ran."""
+    if training_args.max_steps > 0:
+        return training_args.max_steps > state["global_step"]
+    return state["global_step"] < state["max_steps"] or training_args.num_train_epochs > state["num_train_epochs"]
+
+
+def run_to_continue(folders: RunFolders, training_args: PretrainingArguments, inputs: list[str]) -> Path | None:
+    """
+    Checks, writing nothing, what `--output-dir` and its `OUTPUT.parts/` hold against `--resume` and
+    `--overwrite_output_dir`, and returns the folder of the run to continue (`parts`; or `output` where a run finished
+    with `--keep-checkpoints` is asked for more steps), or None for a new run. A folder a run may not replace, or a
+    `--resume` with nothing to continue, is a one-line `ValueError`.
+    """
+    output, parts = folders.output, folders.parts
+    for folder in (output, parts):
+        if folder.exists() and not folder.is_dir():
+            raise ValueError(f"{folder} exists and is not a folder")
+    if training_args.resume_from_checkpoint is not None:
+        named = Path(training_args.resume_from_checkpoint)
+        if not (named / TRAINER_STATE).is_file():
+            raise ValueError(f"--resume_from_checkpoint {named} is no complete checkpoint: it has no {TRAINER_STATE}")
+    output_holds = output.is_dir() and any(output.iterdir())
+    if not training_args.resume:
+        source = None
+        if parts.exists() and not training_args.overwrite_output_dir:
+            raise ValueError(
+                f"{parts} holds a stopped run of {output}: pass --resume to continue it, or --overwrite_output_dir "
+                "to start over"
+            )
+    elif parts.exists():
+        source = parts
+    elif not output_holds:
+        source = None  # nothing to continue: a new run, as `hf-elmo embed --resume` starts one
+    else:
+        checkpoints = saved_checkpoints(output)
+        if (output / "config.json").is_file() and (
+            checkpoints.last is None or not asks_for_more_steps(checkpoints.state, training_args)
+        ):
+            raise ValueError(
+                f"{output} holds a finished model: nothing to resume (--model-name-or-path {output} trains it "
+                "further, --overwrite_output_dir without --resume trains a new one in its place)"
+            )
+        if checkpoints.last is None:
+            raise ValueError(
+                f"{output} exists and holds no run to resume: pass --overwrite_output_dir without --resume to "
+                "replace it"
+            )
+        source = output  # a stopped run saved there before OUTPUT.parts/, or a finished one with its checkpoints
+    if source is not None and not (source / "word_vocab.json").is_file():
+        raise ValueError(
+            f"{source} holds no tokenizer of a run (word_vocab.json): pass --overwrite_output_dir without --resume "
+            "to start over"
+        )
+    if output_holds:  # replaced when the run finishes
+        if source != output and not training_args.overwrite_output_dir:
+            raise ValueError(f"{output} exists and is not empty: pass --overwrite_output_dir to replace it")
+        for name in inputs:
+            if Path(os.path.abspath(name)).is_relative_to(output):
+                raise ValueError(f"{name} is inside {output}, which the finished run replaces: move it out first")
+    return source
+
+
+def start_parts(folders: RunFolders, source: Path | None, write_tokenizer: Callable[[Path], None]) -> None:
+    """
+    Makes `OUTPUT.parts/` for the run, whole or not at all: a new run's (a stopped one there, which
+    `run_to_continue` let it replace, is removed) with the tokenizer `write_tokenizer` writes, or a copy of the run
+    to continue where it lies in `--output-dir`, which stays as it is until the run finishes. Leaves a run to continue
+    in `OUTPUT.parts/` as it is.
+    """
+    if source == folders.parts:
+        return
+    if folders.parts.exists():
+        shutil.rmtree(folders.parts)
+    with atomic_directory(folders.parts) as staging:
+        if source is None:
+            write_tokenizer(staging)
+        else:
+            shutil.copytree(source, staging, dirs_exist_ok=True)
+
+
+def describe_resumption(folders: RunFolders, checkpoints: SavedCheckpoints) -> str:
+    """The line a resumed run prints: the checkpoint it continues from, and the incomplete ones it removed."""
+    removed = ""
+    if checkpoints.incomplete:
+        names = ", ".join(path.name for path in checkpoints.incomplete)
+        removed = f" ({names}: incomplete, without {TRAINER_STATE}, stopped while being saved; removed)"
+    if checkpoints.last is None:
+        return f"{folders.parts} holds no complete checkpoint{removed}: training starts at step 0 with its vocabulary"
+    return f"resuming from {checkpoints.last}{removed}"
+
+
+def write_failure_reason(error: BaseException) -> str | None:
+    """
+    Why a write failed (a full disk, a read-only folder), where `error` is a failed write, else None: an `OSError`,
+    or what safetensors and `torch.save` raise for one (`torch.save` reports a full disk as a failed check of its zip
+    writer, without the system's reason).
+    """
+    if isinstance(error, OSError):
+        return error.strerror or first_line(error)
+    if isinstance(error, SafetensorError) and "I/O error: " in str(error):
+        return first_line(error).rpartition("I/O error: ")[2]
+    if isinstance(error, RuntimeError) and "inline_container" in str(error):
+        return "torch.save could not write a checkpoint (is the disk full?)"
+    return None
+
+
+@contextlib.contextmanager
+def reported_write_failures(folder: Path, then: str = ""):
+    """Turns a failed write in `folder` into a one-line `CommandError`: `cannot write FOLDER: REASON` and `then`, what
+    becomes of the run (or `folders.atomic_directory`'s own line, which names its folder)."""
+    try:
+        yield
+    except ElmoConversionError as error:
+        raise CommandError(first_line(error) + then) from error
+    except Exception as error:
+        reason = write_failure_reason(error)
+        if reason is None:
+            raise
+        raise CommandError(f"cannot write {folder}: {reason}{then}") from error
+
+
+def check_checkpoint_files(checkpoint: Path) -> None:
+    """
+    A one-line `CommandError`, before anything trains, for a pickle of the checkpoint to resume from (its optimizer,
+    scheduler and random states) that the Trainer's `torch.load(weights_only=True)` would refuse, naming what it holds
+    that is refused, or that is no file `torch.save` wrote. Refusing is right: loaded otherwise, a pickle can run any
+    code. (torch lists them since 2.5; transformers 5 trains with torch 2.6 or later.)
+    """
+    from transformers.trainer_pt_utils import safe_globals  # what the Trainer allows beyond torch: numpy's RNG state
+
+    for path in sorted([*checkpoint.glob("*.pt"), *checkpoint.glob("*.pth")]):
+        try:
+            with safe_globals():
+                refused = torch.serialization.get_unsafe_globals_in_checkpoint(path)
+        except Exception as error:  # noqa: BLE001  whatever a damaged file raises, the Trainer could not load it
+            raise CommandError(
+                f"cannot resume from {checkpoint}: {path.name} is no file torch.save wrote ({first_line(error)})"
+            ) from error
+        if refused:
+            raise CommandError(
+                f"cannot resume from {checkpoint}: the Trainer's torch.load(weights_only=True) refuses {path.name}, "
+                f"which holds {', '.join(refused)}; remove {path.name} to resume without it, or start over with "
+                "--overwrite_output_dir instead of --resume"
+            )
+
+
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    """Trains, saves the model, tokenizer and a model card in `--output-dir`, and returns the final validation
-    metrics (with the `<UNK>` rates of the training and validation words)."""
+    """
+    Trains, then makes `--output-dir` the model folder (model, tokenizer, word counts, model card) in one rename, and
+    returns the final validation metrics (with the `<UNK>` rates of the training and validation words). Arguments
+    that cannot apply are a one-line `ValueError`, checked before any model or tokenizer loads; a failed write or a
+    checkpoint that cannot be resumed is a one-line `CommandError`.
+    """
     argv = sys.argv[1:] if argv is None else list(argv)
     data_args, model_args, training_args = build_parser().parse_args_into_dataclasses(argv, look_for_args_file=False)
     if data_args.streaming and training_args.max_steps <= 0:
@@ -404,36 +642,54 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     launched = int(os.environ.get("WORLD_SIZE", "1"))
     if launched > training_args.world_size:  # each process would train alone, all writing the same folder
         raise ValueError(f"{launched} processes were launched but they do not train together; on CPU pass --use_cpu")
-    model = None
     if model_args.model_name_or_path is not None:
         check_nothing_overrides_the_model(data_args, model_args)
-        # Loaded before anything is written, so that a model that does not load leaves no output folder behind.
+    check_text_files(data_args)
+    folders = RunFolders.of(training_args.output_dir)
+    source = run_to_continue(folders, training_args, [*data_args.train_file, *data_args.validation_file])
+    # Every process has checked the folders as they were before any of them writes.
+    training_args.distributed_state.wait_for_everyone()
+    training_args.output_dir = str(folders.parts)  # where the Trainer saves its checkpoints
+    model = trained_tokenizer = None
+    if model_args.model_name_or_path is not None:
+        # Loaded before anything is written, so that a model that does not load leaves no folder behind.
         model, trained_tokenizer = load_pretrained(model_args)
-    output_dir = Path(training_args.output_dir)
-    # The text is split as the tokenizer it trains will split it: a trained model's, the one a resumed run saved, or a
-    # new one with --pre-tokenizer.
-    keep_vocab = training_args.resume and (output_dir / "word_vocab.json").is_file()
+    # The text is split as the tokenizer it trains will split it: a trained model's, the one of the run continued, or
+    # a new one with --pre-tokenizer.
     if model is not None:
         pre_tokenizer = trained_tokenizer.pre_tokenizer
-    elif keep_vocab:
-        pre_tokenizer = ElmoTokenizer.from_pretrained(output_dir).pre_tokenizer
+    elif source is not None:
+        pre_tokenizer = ElmoTokenizer.from_pretrained(source).pre_tokenizer
     else:
         pre_tokenizer = data_args.pre_tokenizer
     train_text = SplitText(data_args.train_file, pre_tokenizer, in_memory=not data_args.streaming)
     validation_text = SplitText(data_args.validation_file, pre_tokenizer)
-    # The first process builds the vocabulary (kept when resuming) or copies the trained model's, and saves the
-    # tokenizer in the output folder; the others read it there. The Trainer is not given the tokenizer: it would align
-    # special-token ids with the model config, which a character tokenizer does not have.
-    with training_args.main_process_first(desc="word vocabulary"):
-        if training_args.process_index == 0 and not keep_vocab:
-            if model is None:
-                save_tokenizer(data_args, model_args, train_text, output_dir)
-            else:
-                trained_tokenizer.save_pretrained(output_dir)
-        tokenizer = ElmoTokenizer.from_pretrained(output_dir)
-        if training_args.process_index == 0 and not keep_vocab:
-            # The SIF weights of the folder's sentence vectors (sentence_weighting): the words of the training text.
-            WordCounts.of_sentences(tokenizer, train_text).save_pretrained(output_dir)
+
+    def write_tokenizer(folder: Path) -> None:
+        if trained_tokenizer is None:
+            save_tokenizer(data_args, model_args, train_text, folder)
+        else:
+            trained_tokenizer.save_pretrained(folder)
+        # The SIF weights of the folder's sentence vectors (sentence_weighting): the words of the training text.
+        WordCounts.of_sentences(ElmoTokenizer.from_pretrained(folder), train_text).save_pretrained(folder)
+
+    # The first process makes `OUTPUT.parts/` (a new run's with its vocabulary, or the continued run's) and leaves only
+    # complete checkpoints in it; the others then read the tokenizer there. The Trainer is not given the tokenizer: it
+    # would align special-token ids with the model config, which a character tokenizer does not have.
+    with training_args.main_process_first(local=False, desc="word vocabulary"):
+        if training_args.process_index == 0:
+            with reported_write_failures(folders.parts):
+                start_parts(folders, source, write_tokenizer)
+            checkpoints = saved_checkpoints(folders.parts)
+            for incomplete in checkpoints.incomplete:
+                shutil.rmtree(incomplete)
+            if source is not None:
+                print(describe_resumption(folders, checkpoints), file=sys.stderr)
+        tokenizer = ElmoTokenizer.from_pretrained(folders.parts)
+    last = saved_checkpoints(folders.parts).last
+    resume_from = training_args.resume_from_checkpoint or (str(last) if last is not None else None)
+    if resume_from is not None:
+        check_checkpoint_files(Path(resume_from))
     if model is None:
         asked_negatives = model_args.n_negative_samples or NEGATIVE_SAMPLES
         model = ElmoForPreTraining(model_config(model_args, tokenizer))
@@ -454,19 +710,22 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         compute_metrics=perplexity_metrics,
         preprocess_logits_for_metrics=direction_nll_sums,
     )
-    resume = training_args.resume_from_checkpoint or (training_args.resume and _has_checkpoint(output_dir))
-    trainer.train(resume_from_checkpoint=resume)
-    trainer.save_model(str(output_dir))
+    resumable = f"; once it can be written, --resume continues from the last complete checkpoint in {folders.parts}"
+    with reported_write_failures(folders.parts, resumable):
+        trainer.train(resume_from_checkpoint=resume_from)
+        trainer.save_model(str(folders.parts))
     metrics = final_metrics(trainer)
     metrics["train_unk_rate"] = rates["train_unk_rate"]
     if trainer.is_world_process_zero():
-        write_model_card(output_dir, argv, data_args, model, trainer.state.global_step, metrics)
-        if not training_args.keep_checkpoints:
-            for checkpoint in output_dir.glob("checkpoint-*"):
-                shutil.rmtree(checkpoint)
-        from .folders import apply_umask
-
-        apply_umask(output_dir)
+        with reported_write_failures(folders.parts, resumable):
+            write_model_card(folders.parts, argv, data_args, model, trainer.state.global_step, metrics)
+            apply_umask(folders.parts)
+        with reported_write_failures(folders.output, f"; the finished run stays in {folders.parts} for --resume"):
+            replace_folder(folders.parts, folders.output)
+        with reported_write_failures(folders.output):
+            if not training_args.keep_checkpoints:
+                for checkpoint in folders.output.glob(f"{CHECKPOINT_PREFIX}*"):
+                    shutil.rmtree(checkpoint)
     return metrics
 
 
@@ -542,10 +801,6 @@ def write_model_card(
     )
 
 
-def _has_checkpoint(output_dir: Path) -> bool:
-    return any(path.is_dir() for path in output_dir.glob("checkpoint-*"))
-
-
 def keep_freed_memory() -> None:
     """
     Has glibc's `malloc` keep the memory a training step frees for the next step. Each step allocates and frees the
@@ -564,5 +819,7 @@ def keep_freed_memory() -> None:
 
 
 if __name__ == "__main__":
-    keep_freed_memory()
-    main()
+    # As `hf-elmo pretrain`, which sets the allocator (keep_freed_memory) and reports a failure in one line.
+    from hf_elmo.cli import main as command
+
+    sys.exit(command(["pretrain", *sys.argv[1:]]))

@@ -22,6 +22,10 @@ class UndecodableLine(TextFileError):
     """A line that is not valid UTF-8, read with `errors="strict"`; the message names the file, line and byte."""
 
 
+class LineTooLong(TextFileError):
+    """A line of more characters than the reader allows; the message names the file, line, length and limit."""
+
+
 def open_text_file(path: Path):
     """The file's bytes, decompressed when it is named `.gz`; gzip bytes under another name are an error."""
     if path.suffix == ".gz":
@@ -35,12 +39,13 @@ def open_text_file(path: Path):
 
 
 def read_lines(
-    path: str | Path, errors: str = "strict", shard: tuple[int, int] = (0, 1)
+    path: str | Path, errors: str = "strict", shard: tuple[int, int] = (0, 1), max_characters: int | None = None
 ) -> Iterator[tuple[int, str | None]]:
     """
     `(index, stripped text)` of each line, streamed. A line that is not UTF-8 raises `UndecodableLine` under
     `errors="strict"`, has its bad bytes replaced under `"replace"` and comes as text None under `"skip"`.
-    With `shard=(rank, world_size)`, only the lines `index % world_size == rank` (others are not decoded).
+    With `shard=(rank, world_size)`, only the lines `index % world_size == rank` (others are not decoded). A text of
+    more than `max_characters` characters raises `LineTooLong`.
     """
     path, (rank, world_size) = Path(path), shard
     try:
@@ -56,14 +61,21 @@ def read_lines(
                             f"{path} line {index + 1}: not valid UTF-8 ({error.reason} at byte {error.start})"
                         ) from error
                     text = None
-                yield index, None if text is None else text.strip()
+                text = None if text is None else text.strip()
+                if max_characters is not None and text is not None and len(text) > max_characters:
+                    raise LineTooLong(
+                        f"{path} line {index + 1}: {len(text):,} characters, more than the {max_characters:,} a line "
+                        "may hold"
+                    )
+                yield index, text
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise TextFileError(f"{path}: not a complete gzip file ({first_line(error)})") from error
 
 
-def count_lines(path: str | Path, shard: tuple[int, int] = (0, 1)) -> int:
-    """How many lines `read_lines(path, shard=shard)` yields."""
-    return sum(1 for _ in read_lines(path, "replace", shard))
+def count_lines(path: str | Path, shard: tuple[int, int] = (0, 1), max_characters: int | None = None) -> int:
+    """How many lines `read_lines(path, shard=shard)` yields; a line longer than `max_characters` raises
+    `LineTooLong`."""
+    return sum(1 for _ in read_lines(path, "replace", shard, max_characters))
 
 
 def read_sentences(paths: Iterable[str | Path]) -> Iterator[str]:

@@ -2,12 +2,14 @@
 with `ElmoModel`."""
 
 import ast
+import errno
 import gzip
 import json
 import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -65,18 +67,33 @@ def test_the_package_never_imports_the_launcher():
                 assert node.module != "hf_elmo_launcher", path
 
 
+# `hf-elmo ARGV` by the console script; its last line on stderr is the exit status and whichever of torch,
+# transformers and the package were imported.
+PROBE = textwrap.dedent("""
+    import sys
+    from hf_elmo_launcher import main
+    try:
+        code = main(sys.argv[1:])
+    except SystemExit as exit:
+        code = exit.code
+    loaded = sorted({name.split(".")[0] for name in sys.modules} & {"torch", "transformers", "hf_elmo"})
+    print(code, *loaded, file=sys.stderr)
+""")
+
+
+def probe(argv: list, cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-c", PROBE, *map(str, argv)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=cwd,
+        timeout=60,
+    )
+
+
 def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path):
     """`import hf_elmo` takes seconds (it registers with the Auto classes); what needs no model must not pay them."""
-    probe = textwrap.dedent("""
-        import sys
-        from hf_elmo_launcher import main
-        try:
-            code = main(sys.argv[1:])
-        except SystemExit as exit:
-            code = exit.code
-        loaded = sorted({name.split(".")[0] for name in sys.modules} & {"torch", "transformers", "hf_elmo"})
-        print(code, *loaded, file=sys.stderr)
-    """)
     runs = {
         "--help": "0",
         "embed --help": "0",
@@ -89,15 +106,30 @@ def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path
         f"export --model-dir {tmp_path / 'missing'} --output-dir {tmp_path / 'out'}": "1",
     }
     for argv, code in runs.items():
-        result = subprocess.run(
-            [sys.executable, "-c", probe, *argv.split()],
-            capture_output=True,
-            text=True,
-            env={**os.environ, "PYTHONPATH": str(ROOT)},
-            timeout=60,
-        )
+        result = probe(argv.split(), tmp_path)
         assert result.stderr.splitlines()[-1] == code, (argv, result.stderr)
     assert not (tmp_path / "out").exists()
+
+
+def test_embed_options_that_cannot_apply_are_answered_before_anything_loads(model_dir, tmp_path):
+    """A count below 1, or `--mix` weights that are not numbers or not one per layer of a local folder's or a bundled
+    model's config: one line and argparse's status 2, without the seconds of importing torch and loading the model."""
+    text = tmp_path / "in.txt"
+    text.write_text("the cat\n", encoding="utf-8")
+    runs = {
+        "--top --batch-size 0": "--batch-size must be at least 1, got 0",
+        "--top --max-words -1": "--max-words must be at least 1, got -1",
+        "--top --max-line-length 0": "--max-line-length must be at least 1, got 0",
+        "--mix 0.5,0.5": "--mix needs 3 weights (one per layer), got 2",
+        "--mix 1,x,2": "--mix takes comma-separated numbers, got '1,x,2'",
+        "--mix 1,nan,2": "--mix takes finite numbers, got 1.0,nan,2.0",
+    }
+    for options, message in runs.items():
+        result = probe(["embed", model_dir, text, "out.h5", *options.split()], tmp_path)
+        assert result.stderr.splitlines() == [f"hf-elmo: error: {message}", "2"], (options, result.stderr)
+    bundled = probe(["embed", "ko-nsmc", text, "out.h5", "--pretokenize", "--mix", "0.5,0.5"], tmp_path)
+    assert bundled.stderr.splitlines() == ["hf-elmo: error: --mix needs 3 weights (one per layer), got 2", "2"]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
 
 
 def test_embed_all_matches_model_in_allennlp_layout(model_dir, model, tmp_path):
@@ -291,6 +323,81 @@ def test_a_damaged_model_folder_is_one_line_in_every_command_and_nothing_is_writ
         err = capfd.readouterr().err  # of the process: what transformers' loggers write too
         assert err.startswith("hf-elmo: error: ") and err.count("\n") == 1 and named in err, (command, err)
         assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "model"], command
+
+
+@pytest.mark.parametrize("missing", ["char_vocab.json", "tokenizer_config.json"])
+def test_a_folder_without_a_tokenizer_file_its_config_needs_is_one_line(missing, tmp_path, capsys):
+    """Without `char_vocab.json` (a learned alphabet) or `tokenizer_config.json` (the morphemes, 20 characters per
+    token), the bundled biLM would read other rows and give other vectors, where it gave them without a word."""
+    folder = tmp_path / "model"
+    shutil.copytree(bundled_model_path("ko-nsmc"), folder)
+    (folder / missing).unlink()
+    (tmp_path / "in.txt").write_text("배가 고프다\n", encoding="utf-8")
+    argv = ["embed", folder, tmp_path / "in.txt", tmp_path / "out.h5", "--top", "--pretokenize"]
+    capsys.readouterr()
+    assert main(list(map(str, argv))) == 1
+    assert capsys.readouterr().err == (
+        f"hf-elmo: error: {folder} lacks {missing}, which its tokenizer needs (without, the model would read other "
+        "ids or units); copy or download the model folder again\n"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "model"]
+
+
+def test_a_full_disk_or_a_read_only_folder_is_one_line_in_convert_and_export(model_dir, tmp_path, monkeypatch, capsys):
+    """A write that fails: one line naming the cause, no output, no staging folder left."""
+
+    def fail(code: int):
+        def write(*args, **kwargs):
+            raise OSError(code, os.strerror(code))
+
+        return write
+
+    options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
+    out = tmp_path / "out"
+    failures = {
+        "convert": (
+            ElmoModel,
+            "save_pretrained",
+            fail(errno.ENOSPC),
+            ["convert", *convert_args(options, weights, out)],
+            "No space left on device; free some space and run again",
+        ),
+        "export": (
+            h5py,
+            "File",
+            fail(errno.ENOSPC),
+            ["export", "--model-dir", model_dir, "--output-dir", out],
+            "No space left on device; free some space and run again",
+        ),
+        "export onnx": (
+            tempfile,
+            "mkdtemp",
+            fail(errno.EROFS),
+            ["export", "--format", "onnx", "--model-dir", model_dir, "--output-dir", out],
+            "Read-only file system; write to a folder on a writable filesystem",
+        ),
+    }
+    for command, (owner, name, failing, argv, cause) in failures.items():
+        with monkeypatch.context() as patch:
+            patch.setattr(owner, name, failing)
+            capsys.readouterr()
+            assert main(list(map(str, argv))) == 1, command
+        assert capsys.readouterr().err == f"hf-elmo: error: cannot write {out}: {cause}\n", command
+        assert sorted(path.name for path in tmp_path.iterdir()) == ["original"], command
+
+
+def test_info_describes_a_head_and_its_biLM_without_transformers_load_report(capfd):
+    """The classifier's folder: its head (labels, task BiLSTM, pooling) and biLM, loaded as the head its folder
+    holds, so that transformers reports no weight of it as unexpected."""
+    capfd.readouterr()
+    assert main(["info", "ko-nsmc-sentiment"]) == 0
+    out, err = capfd.readouterr()
+    assert (
+        "parameters: 2,601,174 (2,435,792 biLM, 165,382 head)\nhead: ElmoForSequenceClassification\n"
+        "labels: 2: negative, positive\nlayer mix: learned (scalar mix)\ntask LSTM: 64 per direction\n"
+        "pooling: mean_max\nbiLM: trained with the head\nrepresentation layers: 3 (token layer + 2 LSTM layers)\n"
+    ) in out
+    assert "LOAD REPORT" not in err and "UNEXPECTED" not in err, err
 
 
 def test_foreign_model_folder_is_named_in_one_line(tmp_path, capsys):

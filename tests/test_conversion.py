@@ -1,6 +1,10 @@
+import errno
+import io
 import json
+import os
 import subprocess
 import sys
+import urllib.request
 from pathlib import Path
 
 import h5py
@@ -9,7 +13,7 @@ import pytest
 import torch
 from utils import convert_args, random_original_arrays, tiny_config, write_original_checkpoint
 
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoModel, ElmoTokenizer, conversion_original
 from hf_elmo.conversion_original import convert_original, export_original, load_original, resolve_file
 from hf_elmo.errors import ElmoConversionError
 
@@ -159,6 +163,25 @@ def test_unreachable_url_gives_a_clear_error(tmp_path):
     with pytest.raises(ElmoConversionError, match="could not download http://127.0.0.1:9/options.json"):
         resolve_file("http://127.0.0.1:9/options.json", cache_dir=tmp_path)
     assert list(tmp_path.iterdir()) == []  # no partial download left
+
+
+def test_a_download_the_cache_cannot_keep_names_the_full_disk(tmp_path, monkeypatch):
+    """The download came, the cache's disk is full: the cause and its remedy, not the advice for a missing network."""
+
+    class Response(io.BytesIO):
+        headers = {"Content-Length": "4"}
+
+    def full_disk_open(path, mode="r", *args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Response(b"abcd"))
+    monkeypatch.setattr(conversion_original, "open", full_disk_open, raising=False)
+    with pytest.raises(ElmoConversionError) as raised:
+        resolve_file("https://example.com/weights.hdf5", cache_dir=tmp_path)
+    assert str(raised.value) == (
+        f"cannot write {tmp_path / 'weights.hdf5.part'}: No space left on device; free some space and run again"
+    )
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_script_reports_errors_without_traceback(tmp_path):

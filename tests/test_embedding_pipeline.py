@@ -1,6 +1,7 @@
 """The embedding pipeline of `hf-elmo embed` (`hf_elmo.embedding_pipeline`): its functions called alone on a tiny
 model, and runs of the command that stop, fail, resume and split the input between processes (`torchrun`)."""
 
+import errno
 import gzip
 import json
 import os
@@ -8,6 +9,7 @@ import resource
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -24,7 +26,7 @@ from utils import (
     tiny_config,
 )
 
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoModel, ElmoTokenizer, embedding_pipeline
 from hf_elmo.cli import main
 from hf_elmo.embedding_pipeline import (
     DeferredStop,
@@ -37,6 +39,7 @@ from hf_elmo.embedding_pipeline import (
     text_lines,
 )
 from hf_elmo.errors import CommandError
+from hf_elmo.folders import lock_folder
 from hf_elmo.text_files import UndecodableLine
 
 ROOT = PROJECT_ROOT
@@ -83,20 +86,40 @@ def test_a_line_with_a_control_character_is_not_text_under_each_errors_choice(tm
     assert list(text_lines(path, "skip", shard=(1, 2))) == [(1, None), (3, None)]
 
 
-def test_deferred_stop_stops_between_batches_and_restores_the_handlers(tmp_path):
+def test_deferred_stop_waits_for_a_write_and_restores_the_handlers(tmp_path):
     previous = signal.getsignal(signal.SIGINT)
-    with DeferredStop() as stop:
-        stop.check(tmp_path, 3)  # no signal yet: the run goes on
-        os.kill(os.getpid(), signal.SIGINT)  # recorded, not raised
-        with pytest.raises(CommandError, match=f"stopped by signal {int(signal.SIGINT)} after 4 lines") as stopped:
-            stop.check(tmp_path, 4)
+    with DeferredStop(tmp_path, done=3) as stop:
+        with stop.writing():  # no signal yet: the run goes on
+            stop.done += 1
+        with pytest.raises(CommandError, match=f"stopped by signal {int(signal.SIGINT)} after 5 lines") as stopped:
+            with stop.writing():
+                os.kill(os.getpid(), signal.SIGINT)  # recorded, not raised: the write goes on to its end
+                stop.done += 1
     assert stopped.value.code == 128 + signal.SIGINT
     assert signal.getsignal(signal.SIGINT) is previous
 
 
+def test_a_stop_cuts_a_long_batch_at_once():
+    """A batch that would compute for a minute (one very long line) is stopped within moments of SIGTERM: nothing of
+    it was written, so nothing is lost but the batch."""
+    timer = threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGTERM))
+    with DeferredStop(Path("out.h5.parts"), done=7):
+        started = time.monotonic()
+        timer.start()
+        try:
+            with pytest.raises(CommandError, match=r"stopped by signal 15 after 7 lines; the finished lines are in "):
+                while time.monotonic() - started < 60:
+                    pass
+        finally:
+            timer.join()  # the signal has come while the handler stood
+    assert time.monotonic() - started < 5
+
+
 def embed_settings(**overrides) -> EmbedSettings:
     """The top layer of each line, 2 lines a batch; lines of more than 2 words run in windows (`embed_long`)."""
-    settings = dict(split=str.split, errors="strict", layers="top", pooled=False, batch_size=2, max_words=2)
+    settings = dict(
+        split=str.split, errors="strict", layers="top", pooled=False, batch_size=2, max_words=2, max_line_length=1000
+    )
     return EmbedSettings(**{**settings, **overrides})
 
 
@@ -129,7 +152,8 @@ def test_embed_file_writes_every_line_and_resumes_only_its_own_run(tiny_model, t
         line: str(index) for index, line in enumerate(lines)
     }
 
-    open_output("npy", tmp_path / "stopped", identity, resume=False)  # a run stopped before its first line
+    # A run stopped before its first line: its process, gone, holds no lock.
+    open_output("npy", tmp_path / "stopped", identity, resume=False).release()
     state = (tmp_path / "stopped.parts" / "hf_elmo_embed.json").read_text()
     with pytest.raises(CommandError, match=r"cannot resume .*stopped\.parts: it holds a run with another layers \("):
         embed_file(
@@ -314,6 +338,7 @@ def test_npy_output_is_complete_or_absent(model_dir, model, tmp_path):
         "embed", model_dir, tmp_path / "in.txt", output, "--all", "--format", "npy", preexec_fn=limit_file_size(50_000)
     )
     assert failed.returncode == 1 and "hf-elmo: error: cannot write" in failed.stderr, failed.stderr
+    assert f"cannot write {output}: File too large;" in failed.stderr  # the system's cause, not numpy's byte counts
     assert not output.exists()
     assert not any("partial" in path.name for path in parts.iterdir()) and (parts / "0.npy").is_file()
 
@@ -328,6 +353,93 @@ def test_npy_output_is_complete_or_absent(model_dir, model, tmp_path):
     np.testing.assert_allclose(
         np.load(output / "30.npy"), reference_layers(model, lines[30].split()), atol=FLOAT32_TOLERANCE
     )
+
+
+class FullDiskFile:
+    """A file opened for writing on a full disk: every write fails with ENOSPC."""
+
+    def __init__(self, handle):
+        self.handle = handle
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.handle.close()
+
+    def write(self, data):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+
+def stop_on_a_full_disk(model_dir: Path, folder: Path, monkeypatch, capsys) -> str:
+    """`embed --format npy` of 6 lines into `folder/npy`, one a batch, on a disk that fills after 3 lines: the
+    command's stderr, once it failed."""
+    (folder / "in.txt").write_text("\n".join(corpus(6, seed=12)) + "\n", encoding="utf-8")
+    written, real_open = [], open
+
+    def filling_open(path, mode="r", *args, **kwargs):
+        handle = real_open(path, mode, *args, **kwargs)
+        if str(path).endswith(".npy.partial"):
+            written.append(path)
+            return FullDiskFile(handle) if len(written) > 3 else handle
+        return handle
+
+    with monkeypatch.context() as patch:
+        patch.setattr(embedding_pipeline, "open", filling_open, raising=False)
+        capsys.readouterr()
+        argv = ["embed", model_dir, folder / "in.txt", folder / "npy", "--top", "--format", "npy", "--batch-size", "1"]
+        assert main(list(map(str, argv))) == 1
+    return capsys.readouterr().err
+
+
+def test_a_full_disk_is_named_and_the_run_resumes(model_dir, tmp_path, monkeypatch, capsys):
+    """numpy writing an array to a full disk says only "2560 requested and 992 written": the command names the
+    cause, as the system does, and keeps the lines written for --resume."""
+    output, parts = tmp_path / "npy", tmp_path / "npy.parts"
+    assert stop_on_a_full_disk(model_dir, tmp_path, monkeypatch, capsys).splitlines()[-1] == (
+        f"hf-elmo: error: cannot write {output}: No space left on device; the finished lines are kept in {parts}/, "
+        "rerun with --resume once fixed"
+    )
+    kept = sorted(path.name for path in parts.iterdir())
+    assert len(kept) == 4 and kept[-1] == "hf_elmo_embed.json" and all(name.endswith(".npy") for name in kept[:3])
+    argv = ["embed", model_dir, tmp_path / "in.txt", output, "--top", "--format", "npy", "--resume"]
+    assert main(list(map(str, argv))) == 0
+    assert len(list(output.glob("*.npy"))) == 6 and not parts.exists()
+
+
+def test_a_second_run_on_the_same_parts_stops_at_once(model_dir, tmp_path, monkeypatch, capsys):
+    """Two `--resume` runs on one `OUTPUT.parts/` would both redo its lines and both fail at assembly: while one
+    holds the parts, the other stops in one line, changing nothing."""
+    stop_on_a_full_disk(model_dir, tmp_path, monkeypatch, capsys)
+    parts, before = tmp_path / "npy.parts", snapshot(tmp_path / "npy.parts")
+    argv = ["embed", model_dir, tmp_path / "in.txt", tmp_path / "npy", "--top", "--format", "npy", "--resume"]
+    descriptor = lock_folder(parts)  # as the first run, still writing, holds it
+    try:
+        assert main(list(map(str, argv))) == 1
+    finally:
+        os.close(descriptor)
+    assert capsys.readouterr().err == (
+        f"hf-elmo: error: another run is writing {parts} (it holds its lock); wait for it to end, or stop it and "
+        "rerun with --resume\n"
+    )
+    assert snapshot(parts) == before and not (tmp_path / "npy").exists()
+    assert main(list(map(str, argv))) == 0  # once it is gone, the parts resume
+
+
+def test_a_line_longer_than_the_limit_is_refused_before_anything_is_written(model_dir, tmp_path, capsys):
+    """A line of hundreds of megabytes would take many minutes and gigabytes: the input is refused, naming the
+    line and the limit, before any line is written."""
+    (tmp_path / "in.txt").write_text("the cat\n" + "a " * 600 + "\nthe dog\n", encoding="utf-8")
+    argv = ["embed", str(model_dir), str(tmp_path / "in.txt"), str(tmp_path / "out.h5"), "--top"]
+    capsys.readouterr()
+    assert main([*argv, "--max-line-length", "1000"]) == 1
+    assert capsys.readouterr().err == (
+        f"hf-elmo: error: {tmp_path / 'in.txt'} line 2: 1,199 characters, more than the 1,000 a line may hold; split "
+        "it into sentences, or raise --max-line-length\n"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+    assert main([*argv, "--max-line-length", "1199"]) == 0
+    assert read_hdf5(tmp_path / "out.h5")["1"].shape == (600, 16)
 
 
 def torchrun_cli(*args, processes: int = 2, **popen) -> subprocess.Popen:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
-from utils import FLOAT32_TOLERANCE, tiny_config
+from utils import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 
@@ -229,6 +229,352 @@ def test_examples_take_a_bundled_model_and_refuse_an_unknown_name_at_once(tmp_pa
             "as a Hub id it is not in the Hub cache, and HF_HUB_OFFLINE=1 is set (unset it to download it)"
         )
         assert not (tmp_path / "no").exists()
+
+
+def import_example(name: str):
+    """An example script of `examples/` as a module, to call its functions (and `main`) in this process."""
+    sys.path.insert(0, str(ROOT / "examples"))
+    try:
+        return __import__(name)
+    finally:
+        sys.path.remove(str(ROOT / "examples"))
+
+
+# What every in-process run of an example adds: no reports, no checkpoints, no GPU, one seed.
+QUIET = ["--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0", "--use_cpu"]
+
+
+@pytest.fixture
+def in_process(monkeypatch, tmp_path):
+    """Runs an example's `main` here, as the script would run (its name in `sys.argv[0]`, offline, datasets' cache in
+    `tmp_path`); returns its exit status (0 when `main` returns) and what it printed on stderr."""
+    import datasets
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))
+
+    def run(script: str, arguments: list, capsys) -> tuple[int, str]:
+        module = import_example(script.removesuffix(".py"))
+        monkeypatch.setattr(sys, "argv", [script])
+        capsys.readouterr()
+        try:
+            module.main([*map(str, arguments), *QUIET])
+            code = 0
+        except SystemExit as exit:
+            code = exit.code
+        return code, capsys.readouterr().err
+
+    return run
+
+
+@pytest.fixture
+def no_model_loads(monkeypatch):
+    """Any model loaded from a folder fails the test: the mistakes below are found before."""
+    from transformers import PreTrainedModel
+
+    def refuse(cls, *args, **kwargs):
+        raise AssertionError(f"{cls.__name__}.from_pretrained was called")
+
+    monkeypatch.setattr(PreTrainedModel, "from_pretrained", classmethod(refuse))
+
+
+def write_csv(path: Path, header: list[str], rows: list[list[str]]) -> Path:
+    with open(path, "w", newline="", encoding="utf-8") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(header)
+        writer.writerows(rows)
+    return path
+
+
+def snapshot(folder: Path) -> dict[str, bytes]:
+    """Every file under `folder` by relative path, with its bytes."""
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+def stale_result_folder(folder: Path) -> Path:
+    """What an earlier run of run_classification.py left: a model, a checkpoint and its evaluation."""
+    (folder / "checkpoint-10").mkdir(parents=True)
+    (folder / "checkpoint-10" / "trainer_state.json").write_text("{}")
+    (folder / "model.safetensors").write_bytes(b"an earlier model")
+    (folder / "eval_results.json").write_text(json.dumps({"eval_accuracy": 0.72}))
+    (folder / "all_results.json").write_text(json.dumps({"eval_accuracy": 0.72}))
+    return folder
+
+
+@pytest.mark.parametrize("script", ["run_classification.py", "run_token_classification.py"])
+def test_examples_refuse_an_output_folder_that_exists_in_one_line(base_model, tmp_path, in_process, capsys, script):
+    if script == "run_classification.py":
+        data = tmp_path / "train.csv"
+        write_sentences(data, 8, seed=0)
+    else:
+        data = tmp_path / "train.conll"
+        write_conll(data, tagged_sentences(8, seed=0))
+    output_dir = stale_result_folder(tmp_path / "out")
+    before = snapshot(output_dir)
+    arguments = ["--model_name_or_path", base_model, "--train_file", data, "--do_train", "--output_dir", output_dir]
+    code, stderr = in_process(script, arguments, capsys)
+    assert (code, stderr) == (
+        2,
+        f"{script}: error: --output_dir {output_dir} exists and is not empty (pass --overwrite_output_dir to "
+        "replace it)\n",
+    )
+    assert snapshot(output_dir) == before
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
+
+
+def test_overwrite_output_dir_replaces_the_folder_whole(base_model, tmp_path, in_process, capsys):
+    """The issue's run: trained again into a folder of an earlier run with evaluation, now without; nothing of the
+    earlier run is left (checkpoint, eval_results.json, its accuracy in all_results.json), and the card says that this
+    run evaluated nothing instead of showing an empty table."""
+    write_sentences(tmp_path / "train.csv", 8, seed=0)
+    output_dir = stale_result_folder(tmp_path / "out")
+    arguments = ["--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv", "--do_train"]
+    arguments += ["--output_dir", output_dir, "--overwrite_output_dir", "--max_steps", "1"]
+    code, stderr = in_process("run_classification.py", arguments, capsys)
+    assert code == 0, stderr
+
+    assert not (output_dir / "checkpoint-10").exists() and not (output_dir / "eval_results.json").exists()
+    results = json.loads((output_dir / "all_results.json").read_text())
+    assert "train_loss" in results and not any(name.startswith("eval_") for name in results)
+    assert (output_dir / "model.safetensors").read_bytes() != b"an earlier model"
+    assert AutoModelForSequenceClassification.from_pretrained(output_dir).config.id2label == {0: "neg", 1: "pos"}
+    card = (output_dir / "README.md").read_text()
+    assert "| split |" not in card and "This run evaluated the model on no split" in card
+    assert not any(line.startswith("metrics:") for line in front_matter(card))
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["datasets-cache", "out", "train.csv"]
+
+
+def test_the_output_folder_appears_complete_or_not_at_all(tmp_path):
+    """What a run writes goes to a staging folder beside the output folder, which replaces it only when the run ends
+    well: a failed run leaves the earlier folder as it was and no staging folder; a stopped run's staging folder is
+    removed by the next run."""
+    from transformers import TrainingArguments
+
+    run_steps = import_example("run_steps")
+    output_dir = stale_result_folder(tmp_path / "out")
+    before = snapshot(output_dir)
+    args = TrainingArguments(output_dir=str(output_dir), use_cpu=True, report_to="none")
+    with pytest.raises(RuntimeError, match="killed"):
+        with run_steps.output_written_whole(args) as staging:
+            assert args.output_dir == str(staging) and staging.parent == tmp_path
+            (staging / "model.safetensors").write_bytes(b"half a model")
+            raise RuntimeError("killed")
+    assert snapshot(output_dir) == before and args.output_dir == str(output_dir)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+    (tmp_path / ".out.partial").mkdir()  # left by a run killed with SIGKILL
+    (tmp_path / ".out.partial" / "checkpoint-5").mkdir()
+    with run_steps.output_written_whole(args) as staging:
+        assert list(staging.iterdir()) == []
+        (staging / "all_results.json").write_text("{}")
+    assert snapshot(output_dir) == {"all_results.json": b"{}"}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+
+def usage_mistakes(tmp_path: Path, base_model: Path) -> dict[str, tuple[str, list, str]]:
+    """Each mistake of the issue: (script, arguments, the one line it gets after `SCRIPT: error: `)."""
+    train = tmp_path / "train.csv"
+    write_sentences(train, 4, seed=0)
+    (tmp_path / "empty.csv").write_text("")
+    write_csv(tmp_path / "header.csv", ["text", "label"], [])
+    write_csv(tmp_path / "other.csv", ["sentence", "label"], [["a good movie", "pos"]])
+    write_csv(tmp_path / "words.csv", ["words", "tags"], [["Ada lives in Paris", "B-PER O O B-LOC"]])
+    write_conll(tmp_path / "train.conll", tagged_sentences(4, seed=0))
+    model = ["--model_name_or_path", base_model, "--output_dir", tmp_path / "out"]
+    train_on = [*model, "--do_train", "--train_file"]
+    return {
+        "missing train file": (
+            "run_classification.py",
+            [*train_on, tmp_path / "nope.csv"],
+            f"no such file: {tmp_path / 'nope.csv'} (--train_file)",
+        ),
+        "missing validation file": (
+            "run_classification.py",
+            [*train_on, train, "--do_eval", "--validation_file", tmp_path / "valid.csv"],
+            f"no such file: {tmp_path / 'valid.csv'} (--validation_file)",
+        ),
+        "other column names": (
+            "run_classification.py",
+            [*train_on, tmp_path / "other.csv"],
+            f"the train file {tmp_path / 'other.csv'} has no column 'text' (columns: sentence, label); set "
+            "--text_column",
+        ),
+        "empty csv": (
+            "run_classification.py",
+            [*train_on, tmp_path / "empty.csv"],
+            f"{tmp_path / 'empty.csv'} is empty (--train_file)",
+        ),
+        "header-only csv": (
+            "run_classification.py",
+            [*train_on, tmp_path / "header.csv"],
+            f"{tmp_path / 'header.csv'} holds no rows below its header",
+        ),
+        "invalid head option": (
+            "run_classification.py",
+            [*train_on, train, "--pooling", "maxx"],
+            "--pooling must be 'mean', 'max' or 'mean_max', got 'maxx'",
+        ),
+        "no tokens column": (
+            "run_token_classification.py",
+            [*train_on, tmp_path / "words.csv"],
+            f"the train file {tmp_path / 'words.csv'} has no column 'tokens' (columns: words, tags); set "
+            "--tokens_column",
+        ),
+        "missing conll file": (
+            "run_token_classification.py",
+            [*train_on, tmp_path / "nope.conll"],
+            f"no such file: {tmp_path / 'nope.conll'} (--train_file)",
+        ),
+        "a crf constraint without a crf": (
+            "run_token_classification.py",
+            [*train_on, tmp_path / "train.conll", "--crf_constraint", "BIO"],
+            "--crf_constraint BIO constrains a CRF: pass --use_crf too",
+        ),
+        "no data file": (
+            "run_token_classification.py",
+            [*model, "--do_train"],
+            "give at least one of --train_file, --validation_file, --test_file",
+        ),
+        "evaluation into the model folder": (
+            "run_classification.py",
+            [
+                *model[:2],
+                "--output_dir",
+                base_model,
+                "--overwrite_output_dir",
+                "--do_eval",
+                "--validation_file",
+                train,
+            ],
+            f"--output_dir {base_model} is the model folder: without --do_train, give another folder",
+        ),
+    }
+
+
+MISTAKES = [
+    "missing train file",
+    "missing validation file",
+    "other column names",
+    "empty csv",
+    "header-only csv",
+    "invalid head option",
+    "no tokens column",
+    "missing conll file",
+    "a crf constraint without a crf",
+    "no data file",
+    "evaluation into the model folder",
+]
+
+
+@pytest.mark.parametrize("mistake", MISTAKES)
+def test_each_mistake_is_one_line_and_exit_status_2_before_the_model_loads(
+    base_model, tmp_path, in_process, no_model_loads, capsys, mistake
+):
+    script, arguments, message = usage_mistakes(tmp_path, base_model)[mistake]
+    before = snapshot(base_model)
+    code, stderr = in_process(script, arguments, capsys)
+    assert (code, stderr) == (2, f"{script}: error: {message}\n")
+    assert not (tmp_path / "out").exists() and snapshot(base_model) == before
+
+
+def test_an_argument_of_the_wrong_type_is_one_line_without_the_usage(base_model, tmp_path, in_process, capsys):
+    """argparse prints the usage above its error: with every TrainingArguments option, hundreds of lines."""
+    write_sentences(tmp_path / "train.csv", 4, seed=0)
+    arguments = ["--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv", "--do_train"]
+    code, stderr = in_process("run_classification.py", [*arguments, "--max_steps", "many"], capsys)
+    assert code == 2 and stderr.count("\n") == 1, stderr
+    assert stderr.startswith("run_classification.py: error: argument --max_steps") and "'many'" in stderr
+
+
+def test_run_classification_predicts_unlabelled_text_with_a_fine_tuned_classifier(
+    base_model, tmp_path, in_process, capsys
+):
+    """A test file without labels, for a classifier that has its own: the predictions, named by its labels."""
+    classifier = AutoModelForSequenceClassification.from_pretrained(
+        base_model, num_labels=2, id2label={0: "neg", 1: "pos"}, label2id={"neg": 0, "pos": 1}
+    )
+    classifier.save_pretrained(tmp_path / "classifier")
+    AutoTokenizer.from_pretrained(base_model).save_pretrained(tmp_path / "classifier")
+    write_csv(tmp_path / "test.csv", ["text"], [["a good movie"], ["sad"], ["the plot"]])
+    arguments = ["--model_name_or_path", tmp_path / "classifier", "--test_file", tmp_path / "test.csv"]
+    code, stderr = in_process(
+        "run_classification.py", [*arguments, "--do_predict", "--output_dir", tmp_path / "out"], capsys
+    )
+    assert code == 0, stderr
+    predicted = (tmp_path / "out" / "test_predictions.txt").read_text().split()
+    assert len(predicted) == 3 and set(predicted) <= {"neg", "pos"}
+
+
+@pytest.mark.parametrize(
+    "base, front, text",
+    [
+        ("someone/elmo", "base_model: someone/elmo", "from the Hub model `someone/elmo`: "),
+        ("ko-nsmc", None, 'from `ko-nsmc`, a model shipped inside the hf_elmo package (`hf_elmo.bundled_model_path("'),
+        ("LOCAL", None, "from the local folder `LOCAL`: "),
+    ],
+    ids=["hub id", "bundled", "local folder"],
+)
+def test_the_fine_tuned_card_names_its_base_model_in_base_model_only_when_it_is_a_hub_id(tmp_path, base, front, text):
+    """`base_model` must be a Hub id: a bundled model or a local folder is named in the card's text instead. With
+    results, the card has their table; without, a sentence saying that the run evaluated nothing."""
+    model_card = import_example("model_card")
+    base = str(tmp_path) if base == "LOCAL" else base
+    text = text.replace("LOCAL", str(tmp_path))
+    common = dict(script="run_classification.py", pipeline_tag="text-classification", tags=["text-classification"])
+    common |= dict(license="apache-2.0", head="sentence classification", freeze_bilm=True, data_files=["train.csv"])
+    common |= dict(auto_class="AutoModelForSequenceClassification", usage="model(**batch)")
+    results = {"validation": {"accuracy": 0.5, "macro_f1": 0.25}, "test": {"accuracy": 0.75}}
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    card = model_card.write_fine_tuned_card(tmp_path / "a", model_name_or_path=base, results=results, **common)
+    card = card.read_text()
+    header = front_matter(card)
+    assert [line for line in header if line.startswith("base_model:")] == ([front] if front else [])
+    assert text in card and "http" not in card
+    table = [
+        "| split | accuracy | macro_f1 |",
+        "| --- | --- | --- |",
+        "| validation | 0.5000 | 0.2500 |",
+        "| test | 0.7500 |  |",
+    ]
+    assert "\n".join(table) + "\n" in card
+    assert header[-3:] == ["metrics:", "- accuracy", "- macro_f1"]
+
+    card = model_card.write_fine_tuned_card(tmp_path / "b", model_name_or_path=base, results={}, **common).read_text()
+    assert "| split |" not in card and "This run evaluated the model on no split" in card
+    assert not any(line.startswith("metrics:") for line in front_matter(card))
+
+
+def test_convert_original_elmo_takes_the_files_it_asks_for_and_keeps_a_folder_that_exists(tmp_path, capsys):
+    """Its offline advice ("pass its local path instead") names flags it has; `--help` lists them; without network
+    the public URLs are only defaults; an output folder that exists is replaced only with --overwrite."""
+    pytest.importorskip("h5py")
+    from hf_elmo.conversion_original import ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL
+
+    script = import_example("convert_original_elmo")
+    with pytest.raises(SystemExit) as exit:
+        script.main(["--help"])
+    assert exit.value.code == 0
+    shown = capsys.readouterr().out
+    assert all(flag in shown for flag in ("--options-file", "--weight-file", "--output-dir", "--overwrite"))
+    defaults = script.parse_arguments([])
+    assert (defaults.options_file, defaults.weight_file) == (ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL)
+    assert defaults.output_dir == "outputs/elmo-original"
+
+    options, weights = write_original_checkpoint(tmp_path / "original", tiny_config(), seed=1)
+    arguments = ["--options-file", str(options), "--weight-file", str(weights), "--output-dir", str(tmp_path / "elmo")]
+    assert script.main(arguments) == 0
+    assert "cos(bank: finance, bank: river)" in capsys.readouterr().out
+    assert ElmoModel.from_pretrained(tmp_path / "elmo").config.projection_dim == tiny_config().projection_dim
+    before = snapshot(tmp_path / "elmo")
+    capsys.readouterr()
+    assert script.main(arguments) == 1
+    stderr = capsys.readouterr().err
+    assert (
+        stderr.startswith(f"convert_original_elmo.py: error: {tmp_path / 'elmo'} exists") and "--overwrite" in stderr
+    )
+    assert stderr.count("\n") == 1 and snapshot(tmp_path / "elmo") == before
+    assert script.main([*arguments, "--overwrite"]) == 0
 
 
 @pytest.mark.parametrize("crf_arguments", [[], ["--use_crf", "--crf_constraint", "BIO"]], ids=["softmax", "crf"])

@@ -1,13 +1,16 @@
 """The `korean_morphemes` pre-tokenizer: its units and words, what a saved tokenizer records, and the paths that use it
 (pooling to words, token labels, pre-training, `hf-elmo embed`, sentence-transformers, ONNX)."""
 
+import importlib.util
 import json
 import logging
 import pickle
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
+import tomllib
 import torch
 from utils import FLOAT32_TOLERANCE, read_hdf5, reference_layers, tiny_config
 
@@ -123,6 +126,30 @@ def test_a_folder_that_needs_the_extra_says_so_in_one_line(korean_folder, tmp_pa
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and 'pip install "hf_elmo[korean]"' in error
     assert not (tmp_path / "out.h5").exists()
+
+
+def test_a_folders_code_without_kiwipiepy_names_kiwipiepy_and_its_version(monkeypatch):
+    """A saved folder's copy of this module, run with trust_remote_code=True where hf_elmo may not be installed: the
+    korean extra means nothing there, so the error names kiwipiepy itself, at the versions the tokenizer recorded, or
+    at the extra's requirement."""
+    import hf_elmo.korean_morphemes
+
+    spec = importlib.util.spec_from_file_location(
+        "transformers_modules.model.korean_morphemes", hf_elmo.korean_morphemes.__file__
+    )
+    remote_code = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(remote_code)
+    monkeypatch.setitem(sys.modules, "kiwipiepy", None)  # as where kiwipiepy is not installed
+    recorded = {"kiwipiepy": "0.24.1", "kiwipiepy_model": "0.24.0"}
+    needs = "the korean_morphemes pre-tokenizer needs kiwipiepy: pip install"
+    with pytest.raises(ImportError, match=rf"^{needs} kiwipiepy==0\.24\.1 kiwipiepy_model==0\.24\.0$"):
+        remote_code.installed_versions(recorded)
+    with pytest.raises(ImportError, match=rf'^{needs} "kiwipiepy>=0\.21"$'):
+        remote_code.installed_versions()
+    pyproject = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8"))
+    assert pyproject["project"]["optional-dependencies"]["korean"] == [remote_code.KIWIPIEPY_REQUIREMENT]
+    with pytest.raises(ImportError, match=rf'^{needs} "hf_elmo\[korean\]"$'):
+        installed_versions(recorded)  # hf_elmo's own module: the extra
 
 
 def test_the_tokenizer_pickles_and_encodes_alike(tokenizer):

@@ -1,7 +1,9 @@
 """`hf_elmo.loading`: the class a folder loads as, its tokenizer, one-line errors, and a Hub out of reach."""
 
 import json
+import shutil
 import socket
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,7 @@ from hf_elmo import (
     ElmoForTokenClassification,
     ElmoModel,
     ElmoTokenizer,
+    bundled_model_path,
 )
 from hf_elmo.loading import load_model, load_model_and_tokenizer, resolve_model_name
 
@@ -83,3 +86,45 @@ def test_an_unreachable_hub_loads_the_cache_and_changes_no_setting_of_huggingfac
     model, tokenizer = load_model_and_tokenizer("someone/cached-elmo")
     assert type(model) is ElmoModel and tokenizer.max_characters_per_token == 20
     assert constants.HF_HUB_OFFLINE is False and not constants.is_offline_mode()
+
+
+def copy_of_bundled(name: str, folder: Path) -> Path:
+    shutil.copytree(bundled_model_path(name), folder)
+    return folder
+
+
+def edit_json(path, **changes):
+    data = json.loads(path.read_text(encoding="utf-8"))
+    data.update(changes)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+def test_a_folder_without_the_word_vocabulary_its_config_reads_is_refused_before_the_weights(tmp_path):
+    """The config's word input needs `word_input_vocab.json`: refused from the config alone (these weights would
+    not even load), in one line."""
+    folder = copy_of_bundled("ko-nsmc", tmp_path / "model")
+    edit_json(folder / "config.json", word_input_vocab_size=10, word_input_dim=4)
+    with pytest.raises(ValueError) as raised:
+        load_model_and_tokenizer(folder)
+    assert str(raised.value) == (
+        f"{folder} lacks word_input_vocab.json, which its tokenizer needs (without, the model would read other ids "
+        "or units); copy or download the model folder again"
+    )
+
+
+def test_a_tokenizer_that_disagrees_with_the_config_is_refused(tmp_path):
+    """Other characters per token (a byte alphabet), or another model's character vocabulary (the bundled
+    classifier's, 3993 characters, in the biLM's folder of 3826): other rows, refused as weights that disagree are."""
+    ElmoModel(tiny_config()).save_pretrained(tmp_path / "bytes")
+    ElmoTokenizer(max_characters_per_token=30).save_pretrained(tmp_path / "bytes")
+    with pytest.raises(ValueError) as raised:
+        load_model_and_tokenizer(tmp_path / "bytes")
+    assert str(raised.value) == (
+        f"the tokenizer of {tmp_path / 'bytes'} disagrees with its config: it has max_characters_per_token 30 (the "
+        "config's: 20); copy or download the model folder again"
+    )
+    pytest.importorskip("kiwipiepy", reason='the Korean tokenizer needs the korean extra: "hf_elmo[korean]"')
+    folder = copy_of_bundled("ko-nsmc", tmp_path / "learned")
+    shutil.copy(Path(bundled_model_path("ko-nsmc-sentiment")) / "char_vocab.json", folder)
+    with pytest.raises(ValueError, match=r"it has a character vocabulary of 3993 \(the config's: 3826, or other"):
+        load_model_and_tokenizer(folder)

@@ -1,5 +1,6 @@
 """Pre-training from scratch: ElmoForPreTraining's losses, the word vocabulary, and the Trainer script end to end."""
 
+import errno
 import json
 import logging
 import math
@@ -565,14 +566,15 @@ def test_pretraining_runs_under_torchrun_with_two_processes(tmp_path):
 
 
 def test_streaming_run_resumes_from_its_last_checkpoint(tmp_path):
-    """A streamed run stopped at step 4 continues to step 6 from checkpoint-4 instead of starting over."""
+    """A streamed run finished at step 4 with its checkpoints kept continues to step 6 from checkpoint-4, asked for
+    more steps, instead of starting over."""
     import json
 
     structured_text(tmp_path / "train.txt", 64, seed=0)
     structured_text(tmp_path / "valid.txt", 8, seed=1)
     output = tmp_path / "model"
     with torch_threads(1):
-        # Checkpoints kept (a finished run removes them), as a run stopped at step 4 would have left them.
+        # Checkpoints kept (a finished run removes them), so that --resume can continue from them.
         main(
             [
                 *pretraining_args(tmp_path, output, max_steps=4),
@@ -643,3 +645,261 @@ def test_bilm_loads_quietly_from_a_pretraining_folder(tmp_path):
     assert not [message for message in warnings if "LOAD REPORT" in message], warnings
     for name, value in model.state_dict().items():
         assert torch.equal(value, pretrained.elmo.state_dict()[name]), name
+
+
+# -- the output folder: complete or absent, never overwritten unasked, resumable --------------------------------------
+
+
+def short_run(tmp_path: Path, output: Path, *extra: str) -> list[str]:
+    """The arguments of a 4-step run on 64 structured sentences, a checkpoint every 2 steps."""
+    if not (tmp_path / "train.txt").exists():
+        structured_text(tmp_path / "train.txt", 64, seed=0)
+        structured_text(tmp_path / "valid.txt", 8, seed=1)
+    return [*pretraining_args(tmp_path, output, max_steps=4), "--save-steps", "2", "--dataloader-workers", "0", *extra]
+
+
+def command(argv: list[str], capsys) -> tuple[int, str]:
+    """`hf-elmo pretrain ARGV` as the console script runs it: its exit status and what it wrote on stderr. (A new
+    model's weights are drawn before the Trainer seeds torch: seeded here, every run starts from the same ones.)"""
+    from hf_elmo.cli import run
+
+    capsys.readouterr()
+    torch.manual_seed(0)
+    with torch_threads(1):
+        code = run("pretrain", argv)
+    return code, capsys.readouterr().err
+
+
+def stop_while_saving(monkeypatch, argv: list[str], step: int) -> None:
+    """Runs `main(argv)` and stops it as a kill does while it saves the checkpoint of `step`: before the Trainer
+    writes that checkpoint's `trainer_state.json`, which it writes last."""
+    from transformers import TrainerState
+
+    save = TrainerState.save_to_json
+
+    def killed_at_step(state, path):
+        if state.global_step == step:
+            raise KeyboardInterrupt
+        save(state, path)
+
+    with monkeypatch.context() as patch, torch_threads(1):
+        patch.setattr(TrainerState, "save_to_json", killed_at_step)
+        torch.manual_seed(0)  # as `command` seeds
+        with pytest.raises(KeyboardInterrupt):
+            main(argv)
+
+
+def weights(folder: Path) -> dict[str, torch.Tensor]:
+    return ElmoForPreTraining.from_pretrained(folder).state_dict()
+
+
+def folder_files(folder: Path) -> dict[str, bytes]:
+    return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
+
+
+def test_an_output_folder_that_holds_anything_is_refused_in_one_line(tmp_path, capsys):
+    """
+    A folder holding a model (or anything) is not replaced without --overwrite_output_dir, nor a stopped run's
+    `OUTPUT.parts/` started over without it: one line naming the flag, exit status 2, nothing touched.
+    """
+    output, parts = tmp_path / "model", tmp_path / "model.parts"
+    output.mkdir()
+    (output / "model.safetensors").write_bytes(b"a trained morpheme biLM")
+    before = folder_files(output)
+    code, err = command(short_run(tmp_path, output), capsys)
+    assert code == 2
+    assert err == f"hf-elmo: error: {output} exists and is not empty: pass --overwrite_output_dir to replace it\n"
+    (parts / "checkpoint-2").mkdir(parents=True)
+    (parts / "word_vocab.json").write_text("{}", encoding="utf-8")
+    code, err = command(short_run(tmp_path, output), capsys)
+    assert code == 2 and err == (
+        f"hf-elmo: error: {parts} holds a stopped run of {output}: pass --resume to continue it, or "
+        "--overwrite_output_dir to start over\n"
+    )
+    # Continued, the stopped run would replace the folder when it finishes.
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert code == 2
+    assert err == f"hf-elmo: error: {output} exists and is not empty: pass --overwrite_output_dir to replace it\n"
+    # Replacing the folder would delete the training text inside it.
+    (output / "train.txt").write_text("w0 w3 w6\n", encoding="utf-8")
+    argv = short_run(tmp_path, output, "--overwrite_output_dir", "--train-file", str(output / "train.txt"))
+    code, err = command(argv, capsys)
+    assert (code, err.count("\n")) == (2, 1) and f"{output / 'train.txt'} is inside {output}" in err
+    assert folder_files(output) == {**before, "train.txt": b"w0 w3 w6\n"}
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model", "model.parts", "train.txt", "valid.txt"]
+    assert sorted(folder_files(parts)) == ["word_vocab.json"] and (parts / "checkpoint-2").is_dir()
+
+
+def test_overwrite_output_dir_leaves_nothing_stale(tmp_path, capsys):
+    """--overwrite_output_dir replaces the folder with the new run's alone, and starts over from a stopped run."""
+    output = tmp_path / "model"
+    (output / "checkpoint-10").mkdir(parents=True)
+    (output / "eval_results.json").write_text('{"eval_accuracy": 0.72}', encoding="utf-8")
+    (tmp_path / "model.parts" / "checkpoint-8").mkdir(parents=True)
+    assert command(short_run(tmp_path, output, "--overwrite_output_dir"), capsys)[0] == 0
+    fresh = tmp_path / "fresh"
+    assert command(short_run(tmp_path, fresh), capsys)[0] == 0
+    assert sorted(folder_files(output)) == sorted(folder_files(fresh))  # no checkpoint-10, no eval_results.json
+    assert not (tmp_path / "model.parts").exists()
+    for name, weight in weights(fresh).items():
+        torch.testing.assert_close(weights(output)[name], weight, rtol=0, atol=0, msg=name)
+
+
+def test_a_missing_or_unreadable_text_file_is_one_line_before_anything_loads(tmp_path, capsys, monkeypatch):
+    from hf_elmo import pretraining
+
+    monkeypatch.setattr(pretraining, "load_pretrained", lambda *_: pytest.fail("a model was loaded"))
+    monkeypatch.setattr(pretraining, "SplitText", lambda *_, **__: pytest.fail("the text was read"))
+    structured_text(tmp_path / "valid.txt", 8, seed=1)
+    argv = ["--train-file", str(tmp_path / "nope.txt"), "--validation-file", str(tmp_path / "valid.txt")]
+    argv += ["--output-dir", str(tmp_path / "model"), "--model-name-or-path", "ko-nsmc"]
+    code, err = command(argv, capsys)
+    assert code == 2
+    assert err == f"hf-elmo: error: cannot read --train-file {tmp_path / 'nope.txt'}: No such file or directory\n"
+    argv = ["--train-file", str(tmp_path / "valid.txt"), "--validation-file", str(tmp_path)]
+    code, err = command([*argv, "--output-dir", str(tmp_path / "model")], capsys)
+    assert code == 2 and err == f"hf-elmo: error: cannot read --validation-file {tmp_path}: Is a directory\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["valid.txt"]
+
+
+def test_a_stopped_run_leaves_no_model_folder_and_resumes_past_a_half_written_checkpoint(
+    tmp_path, monkeypatch, capsys
+):
+    """
+    Killed while saving checkpoint-4: no `--output-dir` (complete or absent), the run in `OUTPUT.parts/`.
+    `--resume` continues from checkpoint-2, the last complete one, says so and removes checkpoint-4, and ends with the
+    model an uninterrupted run gives.
+    """
+    output, parts = tmp_path / "model", tmp_path / "model.parts"
+    stop_while_saving(monkeypatch, short_run(tmp_path, output), step=4)
+    assert not output.exists()
+    assert (parts / "checkpoint-2" / "trainer_state.json").is_file()
+    assert not (parts / "checkpoint-4" / "trainer_state.json").exists()
+    assert {"tokenizer_config.json", "word_vocab.json", "word_counts.json"} <= set(folder_files(parts))
+
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert code == 0
+    assert (
+        f"resuming from {parts / 'checkpoint-2'} (checkpoint-4: incomplete, without trainer_state.json, stopped while "
+        "being saved; removed)\n" in err
+    )
+    assert not parts.exists() and not list(output.glob("checkpoint-*"))
+    assert [path.name for path in tmp_path.iterdir() if path.name.startswith(".")] == []  # no staging left
+    assert command(short_run(tmp_path, tmp_path / "uninterrupted"), capsys)[0] == 0
+    for name, weight in weights(tmp_path / "uninterrupted").items():
+        torch.testing.assert_close(weights(output)[name], weight, rtol=0, atol=0, msg=name)
+
+
+def test_resume_without_a_complete_checkpoint_starts_over_with_the_vocabulary(tmp_path, monkeypatch, capsys):
+    """
+    Killed while saving its first checkpoint: nothing to continue from, which `--resume` says in one line. (The run
+    was replacing an older model, which --overwrite_output_dir lets the resumed run replace too, leaving none of it.)
+    """
+    output, parts = tmp_path / "model", tmp_path / "model.parts"
+    output.mkdir()
+    (output / "eval_results.json").write_text('{"eval_accuracy": 0.72}', encoding="utf-8")
+    stop_while_saving(monkeypatch, short_run(tmp_path, output, "--overwrite_output_dir"), step=2)
+    assert sorted(folder_files(output)) == ["eval_results.json"]  # untouched until the run finishes
+    vocabulary = (parts / "word_vocab.json").read_bytes()
+    code, err = command(short_run(tmp_path, output, "--resume", "--overwrite_output_dir"), capsys)
+    assert code == 0 and not (output / "eval_results.json").exists()
+    assert (
+        f"{parts} holds no complete checkpoint (checkpoint-2: incomplete, without trainer_state.json, stopped while "
+        "being saved; removed): training starts at step 0 with its vocabulary\n" in err
+    )
+    assert (output / "word_vocab.json").read_bytes() == vocabulary
+    assert "- Steps: 4." in (output / "README.md").read_text(encoding="utf-8")
+
+
+def test_resume_on_a_finished_folder_says_it_is_finished_and_changes_nothing(tmp_path, capsys):
+    """
+    A finished model is not trained again from step 0: `--resume` says in one line that it is finished (exit status
+    2), also where its checkpoints were kept and no more steps are asked for.
+    """
+    for output, kept in ((tmp_path / "model", []), (tmp_path / "kept", ["--keep-checkpoints"])):
+        assert command(short_run(tmp_path, output, *kept), capsys)[0] == 0
+        before = folder_files(output)
+        code, err = command(short_run(tmp_path, output, *kept, "--resume"), capsys)
+        assert code == 2
+        assert err == (
+            f"hf-elmo: error: {output} holds a finished model: nothing to resume (--model-name-or-path {output} "
+            "trains it further, --overwrite_output_dir without --resume trains a new one in its place)\n"
+        )
+        assert folder_files(output) == before
+    assert (tmp_path / "kept" / "checkpoint-4" / "trainer_state.json").is_file()
+
+
+def test_a_full_disk_or_a_read_only_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    """
+    A write that fails (simulated: the system's own errors, raised where the run writes) is one line: at the start
+    nothing is left behind; while saving a checkpoint the complete ones stay for `--resume`.
+    """
+    output, parts = tmp_path / "model", tmp_path / "model.parts"
+    with monkeypatch.context() as patch:
+        read_only = OSError(errno.EROFS, os.strerror(errno.EROFS))
+        patch.setattr(ElmoTokenizer, "save_pretrained", lambda *_, **__: (_ for _ in ()).throw(read_only))
+        code, err = command(short_run(tmp_path, output), capsys)
+    assert code == 1 and err.startswith(f"hf-elmo: error: cannot write {parts}: Read-only file system")
+    assert err.count("\n") == 1
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["train.txt", "valid.txt"]
+
+    save = torch.save
+
+    def disk_full_at_step_4(obj, path, *args, **kwargs):
+        if "checkpoint-4" in str(path):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        save(obj, path, *args, **kwargs)
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch, "save", disk_full_at_step_4)
+        code, err = command(short_run(tmp_path, output, "--save-total-limit", "10"), capsys)
+    assert code == 1 and "Traceback" not in err and err.count("error") == 1
+    assert (
+        f"\nhf-elmo: error: cannot write {parts}: No space left on device; once it can be written, --resume continues "
+        f"from the last complete checkpoint in {parts}\n" in err
+    )
+    assert not output.exists() and (parts / "checkpoint-2" / "trainer_state.json").is_file()
+    assert command(short_run(tmp_path, output, "--resume"), capsys)[0] == 0
+    assert ElmoModel.from_pretrained(output).config.word_vocab_size is not None
+
+
+def test_write_failures_are_told_from_other_errors():
+    """What torch.save and safetensors raise for a full disk reads as one; other errors are not write failures."""
+    from safetensors import SafetensorError
+
+    from hf_elmo.pretraining import write_failure_reason
+
+    assert write_failure_reason(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"
+    serializing = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert write_failure_reason(serializing) == "No space left on device (os error 28)"
+    # What torch.save raised on a full tmpfs (torch 2.13).
+    torch_save = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+    assert write_failure_reason(torch_save) == "torch.save could not write a checkpoint (is the disk full?)"
+    assert write_failure_reason(RuntimeError("shapes do not match")) is None
+    assert write_failure_reason(ValueError("bad")) is None
+
+
+def test_resume_refuses_a_random_state_that_weights_only_refuses_in_one_line(tmp_path, monkeypatch, capsys):
+    """A pickle in the checkpoint that the Trainer's `torch.load(weights_only=True)` would refuse, or a damaged one,
+    is one line naming it before anything trains."""
+    import argparse
+
+    output, parts = tmp_path / "model", tmp_path / "model.parts"
+    stop_while_saving(monkeypatch, short_run(tmp_path, output), step=4)
+    random_states = parts / "checkpoint-2" / "rng_state.pth"
+    intact = random_states.read_bytes()
+    torch.save({"python": argparse.Namespace(state=1)}, random_states)
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert code == 1
+    assert err.endswith(
+        f"\nhf-elmo: error: cannot resume from {parts / 'checkpoint-2'}: the Trainer's torch.load(weights_only=True) "
+        "refuses rng_state.pth, which holds argparse.Namespace; remove rng_state.pth to resume without it, or start "
+        "over with --overwrite_output_dir instead of --resume\n"
+    )
+    assert "parameters:" not in err and not output.exists()  # refused before the model was made
+    random_states.write_bytes(intact[:100])
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert code == 1 and err.count("\n") == 2  # the resumption's line and the error
+    assert f"cannot resume from {parts / 'checkpoint-2'}: rng_state.pth is no file torch.save wrote (" in err
+    random_states.write_bytes(intact)
+    assert command(short_run(tmp_path, output, "--resume"), capsys)[0] == 0

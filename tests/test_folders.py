@@ -1,0 +1,113 @@
+"""`hf_elmo.folders`: output folders complete or absent, a failed write in one line, and the staging folders of
+killed writers removed, never a live writer's or a user's."""
+
+import errno
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from hf_elmo import folders
+from hf_elmo.errors import ElmoConversionError
+from hf_elmo.folders import STAGING_MARK, atomic_directory, lock_folder
+
+
+def staging_folder(parent: Path, name: str) -> Path:
+    """A staging folder of `parent / name` as a writer leaves it, holding a file."""
+    staging = Path(tempfile.mkdtemp(prefix=f".{name}{STAGING_MARK}", dir=parent))
+    (staging / "model.safetensors").write_bytes(b"half")
+    return staging
+
+
+def test_a_killed_writers_staging_folder_goes_and_a_live_ones_stays(tmp_path):
+    """A writer killed mid-write leaves its staging folder unlocked: the next write of the same output removes it. One
+    a live process locks, another output's and a user's look-alike stay."""
+    killed, live, other_output = (
+        staging_folder(tmp_path, "out"),
+        staging_folder(tmp_path, "out"),
+        staging_folder(tmp_path, "other"),
+    )
+    users = tmp_path / ".out.backup"
+    users.mkdir()
+    descriptor = lock_folder(live)  # as the live writer holds it
+    try:
+        with atomic_directory(tmp_path / "out") as staging:
+            (staging / "config.json").write_text("{}")
+    finally:
+        os.close(descriptor)
+    assert not killed.exists()
+    assert live.exists() and other_output.exists() and users.exists()
+    assert sorted(path.name for path in (tmp_path / "out").iterdir()) == ["config.json"]
+
+
+def test_a_writer_holds_the_lock_on_its_staging_folder_until_it_is_done(tmp_path):
+    with atomic_directory(tmp_path / "out") as staging:
+        with pytest.raises(BlockingIOError):  # what a later writer finds: a live one, kept
+            lock_folder(staging)
+    descriptor = lock_folder(tmp_path / "out")  # released once the folder is in place
+    assert descriptor is not None
+    os.close(descriptor)
+
+
+def test_a_staging_folder_taken_for_a_killed_writers_before_it_was_locked_is_made_again(tmp_path, monkeypatch):
+    """Another writer of the same output may remove a staging folder between its making and its locking: the writer
+    makes another, instead of writing into a folder that is gone."""
+    made, mkdtemp = [], tempfile.mkdtemp
+
+    def removed_at_once(*args, **kwargs):
+        made.append(mkdtemp(*args, **kwargs))
+        if len(made) == 1:
+            os.rmdir(made[0])
+        return made[-1]
+
+    monkeypatch.setattr(folders.tempfile, "mkdtemp", removed_at_once)
+    with atomic_directory(tmp_path / "out") as staging:
+        (staging / "config.json").write_text("{}")
+    assert len(made) == 2 and staging == Path(made[1])
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize(
+    "code, message",
+    [
+        (errno.ENOSPC, "No space left on device; free some space and run again"),
+        (errno.EROFS, "Read-only file system; write to a folder on a writable filesystem"),
+    ],
+)
+def test_a_failed_write_is_one_line_naming_the_cause_and_leaves_nothing(tmp_path, code, message):
+    with pytest.raises(ElmoConversionError) as raised:
+        with atomic_directory(tmp_path / "out") as staging:
+            (staging / "config.json").write_text("{}")
+            raise OSError(code, os.strerror(code))
+    assert str(raised.value) == f"cannot write {tmp_path / 'out'}: {message}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_parent_is_one_line(tmp_path, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS), str(tmp_path))
+
+    monkeypatch.setattr(folders.tempfile, "mkdtemp", read_only)
+    with pytest.raises(ElmoConversionError, match=r"^cannot write .*out: Read-only file system; write to a folder"):
+        with atomic_directory(tmp_path / "out"):
+            pytest.fail("the block runs only once the staging folder exists")
+
+
+def test_a_replaced_folder_comes_back_when_its_replacement_cannot_take_its_place(tmp_path, monkeypatch):
+    """With overwrite, the user's folder is moved aside, not removed, until the new one is in place."""
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("the user's")
+    rename = Path.rename
+
+    def fail_into_place(self, target):
+        if Path(target) == tmp_path / "out" and STAGING_MARK in self.name:
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", fail_into_place)
+    with pytest.raises(ElmoConversionError, match="Input/output error"):
+        with atomic_directory(tmp_path / "out", overwrite=True) as staging:
+            (staging / "config.json").write_text("{}")
+    assert [path.name for path in tmp_path.iterdir()] == ["out"]
+    assert (tmp_path / "out" / "mine.txt").read_text() == "the user's"
