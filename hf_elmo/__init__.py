@@ -1,5 +1,6 @@
 import transformers
-from transformers import AutoConfig, AutoTokenizer
+from transformers import AutoConfig, AutoModelForQuestionAnswering, AutoTokenizer
+from transformers.pipelines import PIPELINE_REGISTRY
 
 from .bundled import BUNDLED_MODELS, bundled_model_path
 from .configuration_elmo import ElmoConfig
@@ -7,6 +8,7 @@ from .modeling_elmo import (
     AUTO_CLASSES,
     ElmoForPreTraining,
     ElmoForPreTrainingOutput,
+    ElmoForQuestionAnswering,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -14,6 +16,7 @@ from .modeling_elmo import (
     ElmoPreTrainedModel,
     ElmoScalarMix,
 )
+from .question_answering_elmo import ElmoQuestionAnsweringPipeline
 from .tokenization_elmo import ElmoTokenizer
 
 __all__ = [
@@ -21,11 +24,13 @@ __all__ = [
     "ElmoConfig",
     "ElmoForPreTraining",
     "ElmoForPreTrainingOutput",
+    "ElmoForQuestionAnswering",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
     "ElmoModel",
     "ElmoModelOutput",
     "ElmoPreTrainedModel",
+    "ElmoQuestionAnsweringPipeline",
     "ElmoScalarMix",
     "ElmoTokenizer",
     "bundled_model_path",
@@ -40,3 +45,11 @@ ElmoTokenizer.register_for_auto_class("AutoTokenizer")
 for _auto_class, _model_class in AUTO_CLASSES.items():
     getattr(transformers, _auto_class).register(ElmoConfig, _model_class, exist_ok=True)
     _model_class.register_for_auto_class(_auto_class)
+# transformers 5 has no question-answering pipeline: ELMo's own, for its question-answering models (a saved folder
+# names it in `config.custom_pipelines`, loaded with trust_remote_code=True).
+PIPELINE_REGISTRY.register_pipeline(
+    "question-answering",
+    pipeline_class=ElmoQuestionAnsweringPipeline,
+    pt_model=AutoModelForQuestionAnswering,
+    type="text",
+)

@@ -185,7 +185,8 @@ class ElmoConfig(PreTrainedConfig):
         always_project (`bool`): project the token representation even when it already has `projection_dim`
             values (ELMoForManyLangs always does; bilm-tf only when the widths differ).
 
-    The task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`) also read:
+    The task heads (`ElmoForSequenceClassification`, `ElmoForTokenClassification`, `ElmoForQuestionAnswering`) also
+    read:
 
         freeze_bilm (`bool`): keep the biLM's weights fixed; only the layer mix and the head train (the paper's
             setting).
@@ -204,6 +205,10 @@ class ElmoConfig(PreTrainedConfig):
             is the CRF's negative log-likelihood and the prediction the Viterbi path (see `crf_elmo.py`).
         crf_constraint (`str`, *optional*): with `use_crf`, the label scheme of `id2label` (`"BIO"` or `"BIOES"`)
             whose illegal transitions (such as `O` -> `I-PER`) decoding never takes; `None` for none.
+        question_attention (`bool`): `ElmoForQuestionAnswering` lets each position attend over the question's words
+            before scoring the starts and ends of answers (with `task_lstm_dim`, through a second BiLSTM).
+        question_match_feature (`bool`): `ElmoForQuestionAnswering` also gives each position whether its word is
+            one of the question's (DrQA's exact-match feature).
 
     `ElmoForPreTraining` also reads:
 
@@ -251,6 +256,8 @@ class ElmoConfig(PreTrainedConfig):
     pooling: str = checked(one_of("mean", "max", "mean_max"), "mean")
     pair_classification: bool = checked(BOOLEAN, False)
     use_crf: bool = checked(BOOLEAN, False)
+    question_attention: bool = checked(BOOLEAN, True)
+    question_match_feature: bool = checked(BOOLEAN, True)
     crf_constraint: str | None = checked(
         Rule(lambda value: value is None or value in LABEL_SCHEMES, f"one of {tuple(LABEL_SCHEMES)} or None"), None
     )
@@ -390,6 +397,7 @@ MACHINE_SETTINGS = tuple(
 # some of which it still reads when a config has them (`tie_word_embeddings`, `sep_token_id`).
 UNDECLARED_TRANSFORMERS_KEYS = (
     "auto_map",
+    "custom_pipelines",
     "_commit_hash",
     "quantization_config",
     "_attn_implementation_autoset",

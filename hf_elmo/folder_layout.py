@@ -3,6 +3,8 @@
 - `auto_map` in `config.json` ([`auto_map`]): every ELMo Auto class, so that any of them loads any ELMo folder with
   `trust_remote_code=True` from the code files saved beside the weights.
 - The files that make a biLM folder a sentence-transformers model, written without sentence-transformers.
+- For a question-answering head, `config.custom_pipelines` and a copy of `question_answering_elmo.py`, so that
+  `pipeline("question-answering", model=folder, trust_remote_code=True)` answers ([`QUESTION_ANSWERING_PIPELINE`]).
 
 `save_pretrained` of a biLM (`ElmoModel`, `ElmoForPreTraining`) writes them beside the weights, so every folder
 hf_elmo writes (converters, pre-training, `push_to_hub`) loads with `SentenceTransformer(folder,
@@ -13,6 +15,8 @@ its default for a transformers folder: the mean of the top layer alone, counting
 
 import json
 import os
+import shutil
+from pathlib import Path
 
 ENCODER_CLASS = "hf_elmo.sentence_transformers_elmo.ElmoSentenceEncoder"
 MODULES_FILE = "modules.json"
@@ -45,6 +49,23 @@ def auto_map(model_classes: dict[str, type]) -> dict[str, str]:
         "AutoConfig": "configuration_elmo.ElmoConfig",
         **{auto_class: f"modeling_elmo.{model_class.__name__}" for auto_class, model_class in model_classes.items()},
     }
+
+
+# `config.custom_pipelines` of a question-answering folder, as transformers' `Pipeline.save_pretrained` writes a
+# registered pipeline: the class in the folder's copy of its file, and the Auto class of its models.
+QUESTION_ANSWERING_FILE = "question_answering_elmo.py"
+QUESTION_ANSWERING_PIPELINE = {
+    "question-answering": {
+        "impl": "question_answering_elmo.ElmoQuestionAnsweringPipeline",
+        "pt": ["AutoModelForQuestionAnswering"],
+        "type": "text",
+    }
+}
+
+
+def copy_question_answering_pipeline(folder: str | os.PathLike) -> None:
+    """Copies the pipeline's file (which imports nothing relative) beside the weights in `folder`."""
+    shutil.copyfile(Path(__file__).with_name(QUESTION_ANSWERING_FILE), Path(folder) / QUESTION_ANSWERING_FILE)
 
 
 def write_sentence_transformers_files(folder: str | os.PathLike) -> None:

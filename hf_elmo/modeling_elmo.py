@@ -10,12 +10,21 @@ from torch._higher_order_ops.scan import scan
 from torch.nn import functional as F
 from torch.nn.utils.rnn import pack_padded_sequence, pad_packed_sequence
 from transformers import PreTrainedModel
-from transformers.modeling_outputs import SequenceClassifierOutput, TokenClassifierOutput
+from transformers.modeling_outputs import (
+    QuestionAnsweringModelOutput,
+    SequenceClassifierOutput,
+    TokenClassifierOutput,
+)
 from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
 from .crf_elmo import ConditionalRandomField, allowed_transitions
-from .folder_layout import auto_map, write_sentence_transformers_files
+from .folder_layout import (
+    QUESTION_ANSWERING_PIPELINE,
+    auto_map,
+    copy_question_answering_pipeline,
+    write_sentence_transformers_files,
+)
 from .kernels_elmo import ALL_CHARACTER_CONVOLUTIONS, ALL_DISTINCT_ROWS, ALL_RECURRENCES, choose_implementation
 from .sentence_vectors import sentence_vectors
 from .weight_checks import refuse_unloaded_bilm_weights
@@ -497,15 +506,20 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """
-        As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`, and
-        a biLM (`ElmoModel`, `ElmoForPreTraining`) also writes the files that make the folder a sentence-transformers
-        model (see `folder_layout`).
+        As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`, a
+        biLM (`ElmoModel`, `ElmoForPreTraining`) also writes the files that make the folder a sentence-transformers
+        model, and a question-answering head its pipeline (see `folder_layout`).
         """
         if self.is_remote_code():
             self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **auto_map(AUTO_CLASSES)}
+        if isinstance(self, ElmoForQuestionAnswering):
+            self.config.custom_pipelines = QUESTION_ANSWERING_PIPELINE
         saved = super().save_pretrained(save_directory, *args, **kwargs)
-        if isinstance(self, (ElmoModel, ElmoForPreTraining)) and kwargs.get("is_main_process", True):
-            write_sentence_transformers_files(save_directory)
+        if kwargs.get("is_main_process", True):
+            if isinstance(self, (ElmoModel, ElmoForPreTraining)):
+                write_sentence_transformers_files(save_directory)
+            elif isinstance(self, ElmoForQuestionAnswering):
+                copy_question_answering_pipeline(save_directory)
         return saved
 
     @torch.no_grad()
@@ -531,7 +545,8 @@ class ElmoPreTrainedModel(PreTrainedModel):
             nn.init.zeros_(module.bias)
         elif isinstance(module, nn.Linear):
             nn.init.normal_(module.weight, std=(1.0 / module.in_features) ** 0.5)
-            nn.init.zeros_(module.bias)
+            if module.bias is not None:
+                nn.init.zeros_(module.bias)
         elif isinstance(module, (ElmoScalarMix, nn.LSTM, ConditionalRandomField)):
             module.reset_parameters()
 
@@ -823,33 +838,34 @@ class ElmoTaskEncoder(nn.Module):
             # Layer 0 is [x ; x]: its first half is the context-independent representation.
             features = torch.cat([layers[0][..., : self.projection_dim], features], dim=-1)
         if self.lstm is not None:
-            features = self.run_task_lstm(features, mask)
+            features = run_bilstm(self.lstm, features, mask)
         return features, penalty
 
-    def run_task_lstm(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-        """
-        The task BiLSTM on `features` `(batch, positions, dim)`, each direction over each row's valid positions:
-        `(batch, positions, 2 * task_lstm_dim)`, zero at padded positions. `nn.LSTM` on the packed rows; while
-        `torch.export` traces, whose graph cannot depend on the rows' lengths, its weights step by step
-        ([`run_steps`], one scan per direction).
-        """
-        if torch.compiler.is_exporting():
-            lengths, outputs = mask.sum(dim=1), []
-            for suffix in ("", "_reverse"):
-                weights = [getattr(self.lstm, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih")]
-                input_weight, recurrent_weight, bias = weights
-                bias = bias + getattr(self.lstm, f"bias_hh_l0{suffix}")
-                inputs = features if suffix == "" else reverse_valid_steps(features, lengths)
-                hidden, memory = (inputs.new_zeros(inputs.shape[0], self.lstm.hidden_size) for _ in range(2))
-                step = functools.partial(lstm_cell, recurrent_kernel=recurrent_weight.T)
-                output, _, _ = run_steps(step, inputs @ input_weight.T + bias, mask, hidden, memory)
-                outputs.append(output if suffix == "" else reverse_valid_steps(output, lengths))
-            return torch.cat(outputs, dim=-1)
-        lengths = mask.sum(dim=1).clamp(min=1).cpu()
-        packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
-        output, _ = self.lstm(packed)
-        features, _ = pad_packed_sequence(output, batch_first=True, total_length=mask.shape[1])
-        return features * mask.unsqueeze(-1).to(features.dtype)
+
+def run_bilstm(lstm: nn.LSTM, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """
+    A one-layer bidirectional, batch-first `lstm` on `features` `(batch, positions, dim)`, each direction over each
+    row's valid positions: `(batch, positions, 2 * hidden_size)`, zero at padded positions. `nn.LSTM` on the packed
+    rows; while `torch.export` traces, whose graph cannot depend on the rows' lengths, its weights step by step
+    ([`lstm_cell`] by [`run_steps`], one scan per direction).
+    """
+    if torch.compiler.is_exporting():
+        lengths, outputs = mask.sum(dim=1), []
+        for suffix in ("", "_reverse"):
+            input_weight, recurrent_weight, *biases = (
+                getattr(lstm, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+            )
+            inputs = features if suffix == "" else reverse_valid_steps(features, lengths)
+            hidden, memory = (inputs.new_zeros(inputs.shape[0], lstm.hidden_size) for _ in range(2))
+            step = functools.partial(lstm_cell, recurrent_kernel=recurrent_weight.T)
+            output, _, _ = run_steps(step, inputs @ input_weight.T + sum(biases), mask, hidden, memory)
+            outputs.append(output if suffix == "" else reverse_valid_steps(output, lengths))
+        return torch.cat(outputs, dim=-1)
+    lengths = mask.sum(dim=1).clamp(min=1).cpu()
+    packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
+    output, _ = lstm(packed)
+    features, _ = pad_packed_sequence(output, batch_first=True, total_length=mask.shape[1])
+    return features * mask.unsqueeze(-1).to(features.dtype)
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
@@ -1098,6 +1114,106 @@ class ElmoForTokenClassification(ElmoHeadModel):
         ]
 
 
+class ElmoForQuestionAnswering(ElmoHeadModel):
+    r"""
+    ELMo for extractive question answering: a start and an end score at every position of a question and its context
+    given as a pair (`ElmoTokenizer(question, context)`: `token_type_ids` 1 on the context). ELMo mix -> optional
+    task BiLSTM over the pair -> with `config.question_attention`, each position attends over the question's words
+    (bilinear scores `f_i W f_j`, in the manner of BiDAF's context-to-query attention) and reads `[f_i ; q_i ;
+    f_i * q_i]`, through a second BiLSTM where the task BiLSTM is set -> a linear layer gives the two scores. With
+    `config.question_match_feature`, each position also reads whether its word is one of the question's (its row of
+    characters equal to a question position's: DrQA's exact-match feature), beside the attention's output. Only the
+    context's words can be chosen: every other position's logits are the lowest value of their dtype.
+    """
+
+    def __init__(self, config: ElmoConfig):
+        super().__init__(config)
+        width = self.task_encoder.output_dim
+        self.attention = nn.Linear(width, width, bias=False) if config.question_attention else None
+        self.modeling_lstm = None
+        if config.question_attention:
+            width *= 3
+        width += 1 if config.question_match_feature else 0
+        if config.question_attention:
+            if config.task_lstm_dim > 0:
+                self.modeling_lstm = nn.LSTM(width, config.task_lstm_dim, batch_first=True, bidirectional=True)
+                width = 2 * config.task_lstm_dim
+        self.qa_outputs = nn.Linear(width, 2)
+        self.post_init()
+
+    @property
+    def graph_input_names(self) -> list[str]:
+        """As for every model, and `token_type_ids`, which mark the context."""
+        return super().graph_input_names + ["token_type_ids"]
+
+    def forward(
+        self,
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None = None,
+        token_type_ids: torch.LongTensor | None = None,
+        start_positions: torch.LongTensor | None = None,
+        end_positions: torch.LongTensor | None = None,
+        output_hidden_states: bool | None = None,
+        return_dict: bool | None = None,
+        inputs_embeds: None = None,
+        output_attentions: bool | None = None,
+        word_input_ids: torch.LongTensor | None = None,
+    ) -> QuestionAnsweringModelOutput | tuple:
+        r"""
+        Args:
+            input_ids, attention_mask: as for [`ElmoModel`]: a question and its context as a pair.
+            token_type_ids (`torch.LongTensor` of shape `(batch, positions)`): 0 on the question, 1 on the context.
+            start_positions, end_positions (`torch.LongTensor` of shape `(batch,)`, *optional*): the positions of the
+                answer's first and last unit. A label outside the context's words (a window without the answer, or
+                a position past the row) is ignored, as transformers' heads ignore one past the sequence.
+            word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
+        Returns `start_logits` and `end_logits` `(batch, positions)`.
+        """
+        if token_type_ids is None:
+            raise ValueError("ElmoForQuestionAnswering needs token_type_ids marking the context (the pair's second)")
+        features, mask, hidden_states, penalty = self._encode(
+            input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
+        )
+        words = word_positions(input_ids, mask, self.config)
+        context = words & token_type_ids.to(words.device).bool()
+        question = words & ~context
+        if self.attention is not None:
+            scores = self.attention(features) @ features.transpose(1, 2)  # (batch, positions, positions)
+            scores = scores.masked_fill(~question[:, None, :], torch.finfo(scores.dtype).min)
+            attended = scores.softmax(dim=-1) @ features
+            features = torch.cat([features, attended, features * attended], dim=-1)
+        if self.config.question_match_feature:
+            same_word = (input_ids[:, :, None, :] == input_ids[:, None, :, :]).all(
+                dim=-1
+            )  # (batch, positions, positions)
+            in_question = (same_word & question[:, None, :]).any(dim=-1) & words
+            features = torch.cat([features, in_question.to(features)[..., None]], dim=-1)
+        if self.attention is not None:
+            if self.modeling_lstm is not None:
+                features = run_bilstm(self.modeling_lstm, features, mask)
+        lowest = torch.finfo(features.dtype).min
+        start_logits, end_logits = self.qa_outputs(features).masked_fill(~context[..., None], lowest).unbind(dim=-1)
+
+        loss = None
+        if start_positions is not None and end_positions is not None:
+            positions = context.shape[1]
+
+            def answer_labels(labels: torch.Tensor) -> torch.Tensor:
+                # A label off the context's words is `positions`, ignored by the loss.
+                labels = labels.to(context.device).clamp(0, positions)
+                inside = context.gather(1, labels.clamp(max=positions - 1)[:, None])[:, 0] & (labels < positions)
+                return labels.masked_fill(~inside, positions)
+
+            loss = (
+                F.cross_entropy(start_logits, answer_labels(start_positions), ignore_index=positions)
+                + F.cross_entropy(end_logits, answer_labels(end_positions), ignore_index=positions)
+            ) / 2 + penalty.to(start_logits.device)
+        output = QuestionAnsweringModelOutput(
+            loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states
+        )
+        return self._as_return_dict_or_tuple(output, return_dict)
+
+
 # ---------------------------------------------------------------------------------------------------------------------
 # Pre-training: the biLM with a word softmax shared by both directions (stage 1 of the paper).
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1311,6 +1427,7 @@ AUTO_CLASSES = {
     "AutoModel": ElmoModel,
     "AutoModelForSequenceClassification": ElmoForSequenceClassification,
     "AutoModelForTokenClassification": ElmoForTokenClassification,
+    "AutoModelForQuestionAnswering": ElmoForQuestionAnswering,
     "AutoModelForPreTraining": ElmoForPreTraining,
 }
 __all__ = [
@@ -1320,6 +1437,7 @@ __all__ = [
     "ElmoScalarMix",
     "ElmoForSequenceClassification",
     "ElmoForTokenClassification",
+    "ElmoForQuestionAnswering",
     "ElmoForPreTraining",
     "ElmoForPreTrainingOutput",
 ]

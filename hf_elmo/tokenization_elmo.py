@@ -65,7 +65,12 @@ class Sentence(NamedTuple):
 
     def first(self, count: int) -> "Sentence":
         """The sentence cut to its first `count` units."""
-        return Sentence(self.units[:count], self.spans[:count], self.words[:count])
+        return self.window(0, count)
+
+    def window(self, start: int, count: int) -> "Sentence":
+        """The `count` units from unit `start`, with their spans and word indices in the whole sentence."""
+        end = start + count
+        return Sentence(self.units[start:end], self.spans[start:end], self.words[start:end])
 
 
 class EncodedExample(NamedTuple):
@@ -371,19 +376,26 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         gives each unit's `(start, end)` in its string (`(0, 0)` for boundaries); `split_special_tokens=True`
         encodes the words `<S>` and `</S>` of the text as ordinary words.
         """
-        _refuse_unsupported_arguments(
-            kwargs, text, text_target, text_pair_target, return_overflowing_tokens, stride, padding_side
-        )
+        _refuse_unsupported_arguments(kwargs, text, text_target, text_pair_target, padding_side)
         if text_pair is None and _is_batch_of_pairs(text, is_split_into_words):
             text, text_pair = [first for first, _ in text], [second for _, second in text]
         batched, firsts, seconds = self._batch_of_sentences(text, text_pair, is_split_into_words)
         if return_word_labels and self._word_to_id is None:
             raise ValueError("return_word_labels=True needs a word vocabulary: create the tokenizer with vocab_file=")
+        if (return_overflowing_tokens or stride) and (truncation != "only_second" or seconds is None):
+            raise ValueError(
+                "overflowing tokens are windows of a pair's second sentence (a question's context): pass pairs with "
+                "truncation='only_second' and max_length; otherwise truncation drops the words past max_length"
+            )
         limit = self._truncation_limit(truncation, max_length)
-        examples = [
-            self._encode_one(first, pair, add_special_tokens, limit, split_special_tokens)
-            for first, pair in zip(firsts, seconds or [None] * len(firsts))
-        ]
+        examples, sample_of = [], []
+        for index, (first, pair) in enumerate(zip(firsts, seconds or [None] * len(firsts))):
+            if return_overflowing_tokens:
+                windows = self._encode_windows(first, pair, add_special_tokens, limit, stride, split_special_tokens)
+            else:
+                windows = [self._encode_one(first, pair, add_special_tokens, limit, split_special_tokens, truncation)]
+            examples += windows
+            sample_of += [index] * len(windows)
         data = {"input_ids": [example.rows for example in examples]}
         if self.word_input_vocab is not None:
             data["word_input_ids"] = [self._word_inputs(example) for example in examples]
@@ -397,6 +409,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             data["offset_mapping"] = [_offset_mapping(example) for example in examples]
         if return_length:
             data["length"] = [len(example.rows) for example in examples]
+        if return_overflowing_tokens:
+            data["overflow_to_sample_mapping"] = sample_of
         word_ids = [example.word_ids for example in examples]
         labels = [self._word_labels(example) for example in examples] if return_word_labels else []
         if padding not in (False, None, "do_not_pad"):
@@ -406,7 +420,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             labels = [ids + [-100] * (positions - len(ids)) for ids in labels]
         if return_word_labels:
             data["labels"] = labels
-        return _batch_encoding(data, word_ids, batched, return_tensors)
+        return _batch_encoding(data, word_ids, batched or return_overflowing_tokens, return_tensors)
 
     def tokenize(self, text: str, pair: str | None = None, add_special_tokens: bool = False, **kwargs) -> list[str]:
         """
@@ -480,16 +494,55 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             truncation = True
         return (max_length or self.model_max_length) if truncation not in (None, False, "do_not_truncate") else None
 
+    def _encode_windows(
+        self, first: Sentence, pair: Sentence, add_special_tokens, limit, stride: int, split_special_tokens=False
+    ) -> list[EncodedExample]:
+        """
+        The pair read in windows of its second sentence: each `first` with as many of `pair`'s units as `limit`
+        positions leave room for, a window starting `stride` units before the end of the one before it.
+        """
+        room = self._pair_room(first, add_special_tokens, limit)
+        if not 0 <= stride < room:
+            raise ValueError(f"stride must be at least 0 and less than the {room} units a window holds, got {stride}")
+        starts = range(0, max(len(pair.units) - stride, 1), room - stride)
+        return [
+            self._encode_one(first, pair.window(start, room), add_special_tokens, None, split_special_tokens)
+            for start in starts
+        ]
+
+    def _pair_room(self, first: Sentence, add_special_tokens, limit: int | None) -> int:
+        """How many units of a pair's second sentence fit beside all of `first` in `limit` positions."""
+        if limit is None:
+            raise ValueError("truncation='only_second' needs max_length (or the tokenizer's model_max_length)")
+        room = limit - (4 if add_special_tokens else 0) - len(first.units)
+        if room < 1:
+            raise ValueError(
+                f"max_length={limit} leaves no room for the second sentence beside the first ({len(first.units)} "
+                f"units) and the boundary positions"
+            )
+        return room
+
     def _encode_one(
-        self, first: Sentence, pair: Sentence | None, add_special_tokens, limit, split_special_tokens=False
+        self,
+        first: Sentence,
+        pair: Sentence | None,
+        add_special_tokens,
+        limit,
+        split_special_tokens=False,
+        truncation=None,
     ) -> EncodedExample:
-        """One (possibly paired) example, truncated to `limit` positions (the longer sentence's last units first)."""
+        """
+        One (possibly paired) example, truncated to `limit` positions: the longer sentence's last units first, or
+        with `truncation="only_second"` the second sentence's.
+        """
         n_special = (2 if add_special_tokens else 0) * (1 if pair is None else 2)
         if limit is not None:
             room = limit - n_special
             if room < 0:
                 raise ValueError(f"max_length={limit} leaves no room for the {n_special} boundary positions")
-            if pair is None:
+            if truncation == "only_second" and pair is not None:
+                pair = pair.first(self._pair_room(first, add_special_tokens, limit))
+            elif pair is None:
                 first = first.first(room)
             else:
                 kept = [len(first.units), len(pair.units)]
@@ -690,19 +743,12 @@ def pool_to_words(hidden, word_ids: list[list[int | None]]):
     return weights @ hidden, word_mask
 
 
-def _refuse_unsupported_arguments(
-    unexpected: dict, text, text_target, text_pair_target, return_overflowing_tokens: bool, stride: int, padding_side
-):
+def _refuse_unsupported_arguments(unexpected: dict, text, text_target, text_pair_target, padding_side):
     """The arguments of transformers' `__call__` that ELMo's tokenizer has no use for, refused with the reason."""
     if unexpected:
         raise TypeError(f"ElmoTokenizer.__call__ got unexpected arguments: {sorted(unexpected)}")
     if text_target is not None or text_pair_target is not None:
         raise ValueError("ElmoTokenizer has no target side: ELMo is an encoder without a decoder to read targets")
-    if return_overflowing_tokens or stride:
-        raise ValueError(
-            "ElmoTokenizer cannot return overflowing tokens: each sentence is one sequence, and "
-            "truncation drops the words past max_length"
-        )
     if padding_side not in (None, "right"):
         raise ValueError("ElmoTokenizer pads on the right only")
     if text is None:
@@ -719,7 +765,7 @@ def _analyser_versions(pre_tokenizer: str, recorded: dict[str, str] | None) -> d
         if recorded is not None:
             raise ValueError(f"analyser_versions go with pre_tokenizer='korean_morphemes', not {pre_tokenizer!r}")
         return None
-    installed = installed_versions()
+    installed = installed_versions(recorded)
     if recorded is None:
         return installed
     if recorded != installed:

@@ -74,6 +74,7 @@ def test_saved_folders_carry_auto_map_and_code(remote, name):
         "AutoModel": "modeling_elmo.ElmoModel",
         "AutoModelForSequenceClassification": "modeling_elmo.ElmoForSequenceClassification",
         "AutoModelForTokenClassification": "modeling_elmo.ElmoForTokenClassification",
+        "AutoModelForQuestionAnswering": "modeling_elmo.ElmoForQuestionAnswering",
         "AutoModelForPreTraining": "modeling_elmo.ElmoForPreTraining",
     }
     tokenizer_config = json.loads((folder / "tokenizer_config.json").read_text())

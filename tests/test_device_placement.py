@@ -51,7 +51,7 @@ TRAINING_FORWARD = {**BILM_FORWARD, PACKING: N_LAYERS}
 BILM_BACKWARD = {("backward of IndexPutBackward0", "index.Tensor"): 1}
 # A task BiLSTM packs the rows by their lengths, which PyTorch takes on the CPU; unpacking, PyTorch's
 # `pad_packed_sequence` copies the rows' order to the CPU too, to order the lengths it returns.
-TASK_BILSTM = {("modeling_elmo.ElmoTaskEncoder.run_task_lstm", "_to_copy.default"): 2}
+TASK_BILSTM = {("modeling_elmo.run_bilstm", "_to_copy.default"): 2}
 # Pre-training keeps each direction's predicted positions (boolean masks on its states and its targets) and counts
 # them (to split the losses), and checks the smallest and largest word id; the gradient of each kept selection of
 # states reads its mask again.

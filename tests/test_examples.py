@@ -980,3 +980,63 @@ def test_homonym_senses_pools_the_target_words_units(base_model, monkeypatch):
     expected = torch.stack([layers[:, 0, 3:5].mean(1), layers[:, 1, 1:3].mean(1)], dim=1)  # 그 래, 배 를 / 배 를,
     vectors = homonym_senses.target_vectors(model, tokenizer, sentences, targets)
     torch.testing.assert_close(vectors, expected, atol=FLOAT32_TOLERANCE, rtol=0)
+
+
+def squad_file(path: Path, paragraphs: list[tuple[str, list[tuple[str, str]]]]) -> Path:
+    """A SQuAD-layout file of one article: each paragraph's context and its (question, answer) pairs, the answer the
+    first occurrence of its text in the context."""
+    qas = lambda context, pairs, base: [  # noqa: E731
+        {"id": f"{base}-{i}", "question": q, "answers": [{"text": a, "answer_start": context.index(a)}]}
+        for i, (q, a) in enumerate(pairs)
+    ]
+    article = {
+        "title": "t",
+        "paragraphs": [{"context": c, "qas": qas(c, pairs, n)} for n, (c, pairs) in enumerate(paragraphs)],
+    }
+    path.write_text(json.dumps({"version": "test", "data": [article]}), encoding="utf-8")
+    return path
+
+
+def test_run_qa_trains_scores_and_saves_a_folder_that_answers(base_model, tmp_path, in_process, capsys):
+    """A tiny SQuAD file: the head learns where its answers are, KorQuAD's measures score the predictions, and the
+    saved folder answers through the pipeline; a long context is read in windows, answers ending inside a word."""
+    contexts = [
+        ("Ada lives in Paris and Bob lives in Rome today", [("Where does Ada live ?", "Paris")]),
+        ("Eve met Bob in Oslo , then they flew to Lima together", [("Who met Bob ?", "Eve")]),
+    ]
+    data = squad_file(tmp_path / "train.json", contexts * 3)
+    output = tmp_path / "qa"
+    arguments = ["--model_name_or_path", base_model, "--train_file", data, "--validation_file", data]
+    arguments += ["--do_train", "--do_eval", "--output_dir", output, "--num_train_epochs", 40, "--learning_rate"]
+    arguments += [0.03, "--per_device_train_batch_size", 6, "--task_lstm_dim", 8, "--max_length", 14, "--stride", 3]
+    code, error = in_process("run_qa.py", arguments, capsys)
+    assert code == 0, error
+    results = json.loads((output / "all_results.json").read_text())
+    assert results["eval_exact_match"] == 100.0 and results["eval_f1"] == 100.0
+    predictions = json.loads((output / "eval_predictions.json").read_text())
+    assert set(predictions.values()) == {"Paris", "Eve"}
+    assert "question-answering" in (output / "README.md").read_text()
+    from transformers import pipeline
+
+    qa = pipeline("question-answering", model=str(output), trust_remote_code=True)
+    answer = qa(question="Where does Ada live ?", context=contexts[0][0], max_length=14, stride=3)
+    assert answer["answer"] == "Paris" == contexts[0][0][answer["start"] : answer["end"]]
+
+
+def test_korquad_measures_normalise_and_count_characters():
+    run_qa = import_example("run_qa")
+    question = run_qa.Question("1", "언제?", "1397년에 세워졌다", [("1397년", 0), ("《1397년》", 0)])
+    assert run_qa.normalise_answer("《서울 (Seoul)》, ‘A’!") == "서울 seoul a"
+    assert run_qa.korquad_scores({"1": "1397년"}, [question]) == {"exact_match": 100.0, "f1": 100.0}
+    scores = run_qa.korquad_scores({"1": "1397년에"}, [question])  # 5 of 6 characters right, all 5 of the gold's
+    assert scores["exact_match"] == 0.0 and abs(scores["f1"] - 100 * 2 * (5 / 6) / (5 / 6 + 1)) < 1e-9
+    assert run_qa.korquad_scores({}, [question]) == {"exact_match": 0.0, "f1": 0.0}
+
+
+def test_answer_positions_cover_the_units_an_answer_touches():
+    run_qa = import_example("run_qa")
+    offsets = [(0, 0), (0, 4), (4, 5), (6, 9), (9, 10), (0, 0)]  # 1397 년 | 세워 졌다, the marks at 0 and 5
+    context = [1, 2, 3, 4]
+    assert run_qa.answer_positions(offsets, context, 0, 5) == (1, 2)  # "1397년": the particle's unit is not in it
+    assert run_qa.answer_positions(offsets, context, 2, 4) == (1, 1)  # inside one unit: that unit
+    assert run_qa.answer_positions(offsets, [1, 2], 6, 10) is None  # past the window's units

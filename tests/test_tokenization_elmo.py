@@ -220,6 +220,46 @@ def test_standard_keywords():
     assert tokenizer.num_special_tokens_to_add() == 2 and tokenizer.num_special_tokens_to_add(pair=True) == 4
 
 
+def test_only_second_truncation_trims_the_context_alone():
+    tokenizer = ElmoTokenizer(20)
+    question, context = "who sat on it ?", "the cat sat on the mat all day"
+    trimmed = tokenizer(question, context, truncation="only_second", max_length=12)
+    assert trimmed.word_ids() == [None, 0, 1, 2, 3, 4, None, None, 0, 1, 2, None]  # the question whole
+    longest_first = tokenizer(question, context, truncation=True, max_length=12)
+    assert longest_first.word_ids() != trimmed.word_ids()  # the default trims the longer sentence
+    with pytest.raises(ValueError, match="no room for the second sentence"):
+        tokenizer(question, context, truncation="only_second", max_length=9)
+
+
+def test_overflowing_windows_cover_the_context_with_the_stride():
+    """Each window holds the whole question and the next units of the context, `stride` units shared."""
+    tokenizer = ElmoTokenizer(20)
+    context = " ".join(f"w{index}" for index in range(11))
+    encoding = tokenizer(
+        ["q1 q2", "only"],
+        [context, "short context"],
+        truncation="only_second",
+        max_length=10,
+        stride=2,
+        return_overflowing_tokens=True,
+        return_offsets_mapping=True,
+        padding=True,
+    )
+    # 10 positions - 4 marks - 2 question units: 4 context units a window, 2 new ones each after the first.
+    assert encoding["overflow_to_sample_mapping"] == [0, 0, 0, 0, 0, 1]
+    windows = [[word for word in encoding.word_ids(row)[5:] if word is not None] for row in range(5)]
+    assert windows == [[0, 1, 2, 3], [2, 3, 4, 5], [4, 5, 6, 7], [6, 7, 8, 9], [8, 9, 10]]
+    last = [word for word in encoding.word_ids(5)[4:] if word is not None]
+    assert last == [0, 1]  # the second pair fits in one window
+    for row in range(5):
+        for position, word in enumerate(encoding.word_ids(row)):
+            if word is not None and encoding["token_type_ids"][row][position] == 1:
+                start, end = encoding["offset_mapping"][row][position]
+                assert context[start:end] == f"w{word}"  # offsets in the whole context
+    with pytest.raises(ValueError, match="stride"):
+        tokenizer("q", context, truncation="only_second", max_length=8, stride=3, return_overflowing_tokens=True)
+
+
 def learned_tokenizer(tmp_path):
     """A learned alphabet with a word-input vocabulary, as converted from ELMoForManyLangs."""
     from hf_elmo.alphabet_elmo import learn_character_vocabulary
