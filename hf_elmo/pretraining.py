@@ -817,9 +817,3 @@ def keep_freed_memory() -> None:
     libc.mallopt(m_mmap_threshold, 32 << 20)
     libc.mallopt(m_trim_threshold, 2**31 - 1)
 
-
-if __name__ == "__main__":
-    # As `hf-elmo pretrain`, which sets the allocator (keep_freed_memory) and reports a failure in one line.
-    from hf_elmo.cli import main as command
-
-    sys.exit(command(["pretrain", *sys.argv[1:]]))

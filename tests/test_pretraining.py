@@ -554,7 +554,8 @@ def test_pretraining_runs_under_torchrun_with_two_processes(tmp_path):
         "--nproc_per_node",
         "2",
         "-m",
-        "hf_elmo.pretraining",
+        "hf_elmo.cli",
+        "pretrain",
         *pretraining_args(tmp_path, tmp_path / "model", max_steps=4),
     ]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=300)
