@@ -35,13 +35,14 @@ from run_steps import (
     check_head_options,
     check_output_dir,
     check_steps,
+    load_model,
     model_to_load,
     output_written_whole,
     pin_memory_only_for_a_gpu,
 )
 from transformers import Trainer, TrainingArguments, set_seed
 
-from hf_elmo import ElmoConfig, ElmoForQuestionAnswering, ElmoTokenizer
+from hf_elmo import ElmoForQuestionAnswering, ElmoTokenizer
 from hf_elmo.question_answering_elmo import best_spans
 
 HEAD_OPTIONS = ("task_lstm_dim", "question_attention", "question_match_feature", "mix_dropout", "mix_layer_norm")
@@ -242,12 +243,10 @@ def fine_tune(
 ) -> dict[str, dict[str, float]]:
     """The run once its arguments and data are checked: trains and scores what `training_args` asks, writing into
     `training_args.output_dir`; KorQuAD's measures by split."""
-    tokenizer = ElmoTokenizer.from_pretrained(model_name)
     freeze_bilm = model_args.freeze_bilm and not model_args.from_scratch
-    if model_args.from_scratch:
-        model = ElmoForQuestionAnswering(ElmoConfig.from_pretrained(model_name, freeze_bilm=False, **overrides))
-    else:
-        model = ElmoForQuestionAnswering.from_pretrained(model_name, freeze_bilm=freeze_bilm, **overrides)
+    model, tokenizer = load_model(model_name, ElmoForQuestionAnswering, freeze_bilm=freeze_bilm, **overrides)
+    if model_args.from_scratch:  # the same shape and head, every weight drawn anew
+        model = ElmoForQuestionAnswering(model.config)
 
     features = {
         split: windows_of(questions, tokenizer, data_args, labelled=split == "train")
