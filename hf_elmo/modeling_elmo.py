@@ -1130,15 +1130,13 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         super().__init__(config)
         width = self.task_encoder.output_dim
         self.attention = nn.Linear(width, width, bias=False) if config.question_attention else None
-        self.modeling_lstm = None
-        if config.question_attention:
-            width *= 3
-        width += 1 if config.question_match_feature else 0
-        if config.question_attention:
-            if config.task_lstm_dim > 0:
-                self.modeling_lstm = nn.LSTM(width, config.task_lstm_dim, batch_first=True, bidirectional=True)
-                width = 2 * config.task_lstm_dim
-        self.qa_outputs = nn.Linear(width, 2)
+        fused = (3 if config.question_attention else 1) * width + int(config.question_match_feature)
+        self.modeling_lstm = (
+            nn.LSTM(fused, config.task_lstm_dim, batch_first=True, bidirectional=True)
+            if config.question_attention and config.task_lstm_dim > 0
+            else None
+        )
+        self.qa_outputs = nn.Linear(2 * config.task_lstm_dim if self.modeling_lstm is not None else fused, 2)
         self.post_init()
 
     @property
@@ -1183,14 +1181,12 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
             attended = scores.softmax(dim=-1) @ features
             features = torch.cat([features, attended, features * attended], dim=-1)
         if self.config.question_match_feature:
-            same_word = (input_ids[:, :, None, :] == input_ids[:, None, :, :]).all(
-                dim=-1
-            )  # (batch, positions, positions)
+            # (batch, positions, positions): the same row of characters, the same word
+            same_word = (input_ids[:, :, None, :] == input_ids[:, None, :, :]).all(dim=-1)
             in_question = (same_word & question[:, None, :]).any(dim=-1) & words
             features = torch.cat([features, in_question.to(features)[..., None]], dim=-1)
-        if self.attention is not None:
-            if self.modeling_lstm is not None:
-                features = run_bilstm(self.modeling_lstm, features, mask)
+        if self.modeling_lstm is not None:
+            features = run_bilstm(self.modeling_lstm, features, mask)
         lowest = torch.finfo(features.dtype).min
         start_logits, end_logits = self.qa_outputs(features).masked_fill(~context[..., None], lowest).unbind(dim=-1)
 
