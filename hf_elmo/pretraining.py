@@ -45,7 +45,7 @@ from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
 from .text_files import read_sentences
-from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, PRE_TOKENIZERS, UNK_TOKEN, ElmoTokenizer
+from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, PRE_TOKENIZERS, UNK_TOKEN, ElmoTokenizer, pre_tokenizer_named
 
 # `build_word_vocab` puts <S>, </S> and <UNK> first.
 UNK_ID = 2
@@ -92,10 +92,8 @@ def build_word_vocab(
         raise ValueError(f"min_count must be at least 1, got {min_count}")
     if max_size is not None and max_size < 4:
         raise ValueError(f"max_size must leave room for the 3 special words and one more, got {max_size}")
-    if pre_tokenizer not in PRE_TOKENIZERS:
-        raise ValueError(f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}, got {pre_tokenizer!r}")
+    splitter = pre_tokenizer_named(pre_tokenizer)
     tokenizer = Tokenizer(models.WordLevel(unk_token=UNK_TOKEN))
-    splitter = PRE_TOKENIZERS[pre_tokenizer]()
     if isinstance(splitter, pre_tokenizers.PreTokenizer):
         tokenizer.pre_tokenizer = splitter  # splitting a unit again leaves it whole
     split = ([unit for unit, _ in splitter.pre_tokenize_str(s)] if isinstance(s, str) else s for s in sentences)
@@ -124,10 +122,8 @@ class SplitText:
     """
 
     def __init__(self, paths: Iterable[str | Path], pre_tokenizer: str, in_memory: bool = True):
-        if pre_tokenizer not in PRE_TOKENIZERS:
-            raise ValueError(f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}, got {pre_tokenizer!r}")
+        self._splitter = pre_tokenizer_named(pre_tokenizer)
         self.paths = [str(path) for path in paths]
-        self._splitter = PRE_TOKENIZERS[pre_tokenizer]()
         self.sentences = list(self._split()) if in_memory else None
         if self.sentences == []:
             raise ValueError("the text files hold no sentence")
@@ -816,4 +812,3 @@ def keep_freed_memory() -> None:
     libc = ctypes.CDLL(None)
     libc.mallopt(m_mmap_threshold, 32 << 20)
     libc.mallopt(m_trim_threshold, 2**31 - 1)
-

@@ -44,12 +44,11 @@ PRE_TOKENIZERS = {
 }
 
 
-def word_to_char_ids(word: str, max_characters_per_token: int) -> list[int]:
-    """
-    The shifted byte-alphabet character ids of one word, a list of `max_characters_per_token` ints in [1, 261]. The
-    words `<S>` and `</S>` are the sentence boundaries, as in the original vocabulary.
-    """
-    return BYTE_ALPHABET.word_row(word, max_characters_per_token)
+def pre_tokenizer_named(name: str):
+    """A new splitter of the pre-tokenizer `name` (one of `PRE_TOKENIZERS`); another name is one `ValueError`."""
+    if name not in PRE_TOKENIZERS:
+        raise ValueError(f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}, got {name!r}")
+    return PRE_TOKENIZERS[name]()
 
 
 class Sentence(NamedTuple):
@@ -166,8 +165,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     ):
         if max_characters_per_token < 3:
             raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters_per_token}")
-        if pre_tokenizer not in PRE_TOKENIZERS:
-            raise ValueError(f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}, got {pre_tokenizer!r}")
+        splitter = pre_tokenizer_named(pre_tokenizer)
         if kwargs.get("padding_side", "right") != "right":
             raise ValueError("ElmoTokenizer pads on the right only: the backward LSTM reads each row from its end")
         self.alphabet = BYTE_ALPHABET if char_vocab_file is None else CharacterAlphabet.from_file(char_vocab_file)
@@ -177,7 +175,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         kwargs.setdefault("eos_token", self.alphabet.boundary_words[1])
         self.max_characters_per_token = max_characters_per_token
         self.pre_tokenizer = pre_tokenizer
-        self._splitter = PRE_TOKENIZERS[pre_tokenizer]()
+        self._splitter = splitter
         self.analyser_versions = _analyser_versions(pre_tokenizer, analyser_versions)
         self._bos_row = self.alphabet.boundary_row(False, max_characters_per_token)
         self._eos_row = self.alphabet.boundary_row(True, max_characters_per_token)
@@ -866,4 +864,4 @@ def _to_list(value):
     return value
 
 
-__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "pool_to_words", "word_start_positions", "word_to_char_ids"]
+__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "pool_to_words", "word_start_positions"]

@@ -6,7 +6,7 @@ import torch
 from transformers import DataCollatorWithPadding
 
 from hf_elmo import ElmoTokenizer
-from hf_elmo.tokenization_elmo import word_start_positions, word_to_char_ids
+from hf_elmo.tokenization_elmo import word_start_positions
 
 
 def expected_row(byte_values, width=50):
@@ -16,23 +16,23 @@ def expected_row(byte_values, width=50):
 
 
 def test_ascii_word():
-    assert word_to_char_ids("cat", 50) == expected_row([99, 97, 116])
+    assert ElmoTokenizer(50).word_to_row("cat") == expected_row([99, 97, 116])
 
 
 def test_multibyte_word_is_cut_in_the_middle_of_a_character():
     word = "é" * 30  # 60 UTF-8 bytes; 48 fit, which splits no character, so add one byte in front
     cut = ("a" + word).encode("utf-8")[:48]
     assert cut[-1] == 0xC3  # the cut leaves the first byte of an "é" behind
-    assert word_to_char_ids("a" + word, 50) == expected_row(list(cut))
+    assert ElmoTokenizer(50).word_to_row("a" + word) == expected_row(list(cut))
 
 
 def test_lone_surrogates_vanish():
-    assert word_to_char_ids("a\ud800b", 50) == expected_row([97, 98])
+    assert ElmoTokenizer(50).word_to_row("a\ud800b") == expected_row([97, 98])
 
 
 def test_other_row_widths():
     expected = expected_row(list(b"abcdefghijklmnopqrstuvwxyzab"), width=30)
-    assert word_to_char_ids("abcdefghijklmnopqrstuvwxyzabcdefghij", 30) == expected
+    assert ElmoTokenizer(30).word_to_row("abcdefghijklmnopqrstuvwxyzabcdefghij") == expected
 
 
 def test_boundary_rows_and_their_words():
@@ -41,7 +41,7 @@ def test_boundary_rows_and_their_words():
     bos = [259, 257, 260] + [261] * 47
     eos = [259, 258, 260] + [261] * 47
     assert encoded[0] == bos and encoded[-1] == eos
-    assert word_to_char_ids("<S>", 50) == bos and word_to_char_ids("</S>", 50) == eos
+    assert ElmoTokenizer(50).word_to_row("<S>") == bos and ElmoTokenizer(50).word_to_row("</S>") == eos
 
 
 def test_batch_shapes_masks_and_word_ids():
@@ -55,7 +55,7 @@ def test_batch_shapes_masks_and_word_ids():
     assert batch.word_ids(0) == [None, 0, 1, None, None, None]
     assert batch.word_ids(1) == [None, 0, 1, 2, 3, None]
     # a word with a space stays one position
-    assert batch["input_ids"][1, 2].tolist() == word_to_char_ids("new york", 50)
+    assert batch["input_ids"][1, 2].tolist() == ElmoTokenizer(50).word_to_row("new york")
 
 
 def test_raw_strings_are_split_by_the_pre_tokenizer():
@@ -70,7 +70,7 @@ def test_raw_strings_are_split_by_the_pre_tokenizer():
 def test_without_special_tokens():
     tokenizer = ElmoTokenizer()
     encoded = tokenizer(["a", "b"], is_split_into_words=True, add_special_tokens=False)
-    assert encoded["input_ids"] == [word_to_char_ids("a", 50), word_to_char_ids("b", 50)]
+    assert encoded["input_ids"] == [ElmoTokenizer(50).word_to_row("a"), ElmoTokenizer(50).word_to_row("b")]
     assert encoded.word_ids() == [0, 1]
 
 
@@ -154,8 +154,8 @@ def test_encode_is_the_input_ids_of_one_sentence():
     tokenizer = ElmoTokenizer()
     assert tokenizer.encode("The cat") == tokenizer("The cat")["input_ids"]
     assert tokenizer.encode(["a", "b"], is_split_into_words=True, add_special_tokens=False) == [
-        word_to_char_ids("a", 50),
-        word_to_char_ids("b", 50),
+        ElmoTokenizer(50).word_to_row("a"),
+        ElmoTokenizer(50).word_to_row("b"),
     ]
     with pytest.raises(TypeError, match="use __call__ for batches"):
         tokenizer.encode(["a b", "c"])
@@ -183,7 +183,7 @@ def test_vocabulary_is_the_characters():
     tokenizer = ElmoTokenizer()
     vocab = tokenizer.get_vocab()
     assert len(tokenizer) == tokenizer.vocab_size == len(vocab) == 262
-    assert vocab["a"] == tokenizer.convert_tokens_to_ids("a") == ord("a") + 1 == word_to_char_ids("a", 50)[1]
+    assert vocab["a"] == tokenizer.convert_tokens_to_ids("a") == ord("a") + 1 == ElmoTokenizer(50).word_to_row("a")[1]
     assert tokenizer.convert_tokens_to_ids(["<bow>", "<eow>"]) == [259, 260]
     assert tokenizer.convert_tokens_to_ids(["<S>", "</S>"]) == [257, 258] == tokenizer.all_special_ids
     # A boundary is a row, not one id: nothing for the Trainer to copy into the model config.
@@ -210,7 +210,7 @@ def test_standard_keywords():
     encoded = tokenizer("The  <S> cat", return_special_tokens_mask=True, return_offsets_mapping=True)
     assert encoded["special_tokens_mask"] == [1, 0, 0, 0, 1]
     assert encoded["offset_mapping"] == [(0, 0), (0, 3), (5, 8), (9, 12), (0, 0)]
-    assert encoded["input_ids"][2] == word_to_char_ids("<S>", 50)  # the word <S> is a boundary row ...
+    assert encoded["input_ids"][2] == ElmoTokenizer(50).word_to_row("<S>")  # the word <S> is a boundary row ...
     split = tokenizer("The <S>", split_special_tokens=True)["input_ids"][2]
     assert split[1:4] == [ord("<") + 1, ord("S") + 1, ord(">") + 1]  # ... unless special tokens are split
     with pytest.raises(ValueError, match="no target side"):
