@@ -16,8 +16,6 @@ The output folder appears complete or not at all, and one that exists is replace
 model loads (`run_steps.py`).
 """
 
-import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -26,21 +24,14 @@ from datasets import DatasetDict
 from model_card import write_fine_tuned_card
 from run_steps import (
     TABLE_SUFFIXES,
-    ExampleArgumentParser,
-    OutputArguments,
     UsageError,
-    check_data_files,
-    check_head_options,
-    check_output_dir,
-    check_steps,
+    checked_run,
     data_files,
     load_model,
-    model_to_load,
     output_written_whole,
-    pin_memory_only_for_a_gpu,
     read_table,
 )
-from transformers import EvalPrediction, Trainer, TrainingArguments, set_seed
+from transformers import EvalPrediction, Trainer, TrainingArguments
 
 import hf_elmo
 from hf_elmo import ElmoForSequenceClassification
@@ -160,28 +151,13 @@ def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
-    parser = ExampleArgumentParser((ModelArguments, DataTrainingArguments, OutputArguments, TrainingArguments))
-    model_args, data_args, output_args, training_args = parser.parse(argv)
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        level=logging.INFO,
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    with parser.usage_errors():  # every mistake is found before the model loads
-        check_steps(training_args, data_args)
-        check_data_files(data_args)
-        overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
-        check_head_options(overrides)
-        model_name = model_to_load(model_args.model_name_or_path)
-        check_output_dir(training_args, output_args.overwrite_output_dir, model_name)
-        raw = load_splits(data_args)
-        saved_config = hf_elmo.ElmoConfig.from_pretrained(model_name)
+    with checked_run((ModelArguments, DataTrainingArguments), argv, HEAD_OPTIONS) as run:  # before a model loads
+        raw = load_splits(run.data_args)
+        saved_config = hf_elmo.ElmoConfig.from_pretrained(run.model_name)
         is_classifier = "ElmoForSequenceClassification" in (saved_config.architectures or [])
-        labels = label_names(raw, data_args, saved_config if is_classifier else None)
-    pin_memory_only_for_a_gpu(training_args)
-    set_seed(training_args.seed)
-    with output_written_whole(training_args):
-        return fine_tune(model_args, data_args, training_args, model_name, raw, labels, overrides)
+        labels = label_names(raw, run.data_args, saved_config if is_classifier else None)
+    with output_written_whole(run.training_args):
+        return fine_tune(run.model_args, run.data_args, run.training_args, run.model_name, raw, labels, run.overrides)
 
 
 def fine_tune(

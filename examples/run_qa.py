@@ -17,10 +17,8 @@ trust_remote_code=True)`. Every `TrainingArguments` option applies.
 
 import collections
 import json
-import logging
 import re
 import string
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,19 +26,12 @@ import numpy as np
 import torch
 from model_card import write_fine_tuned_card
 from run_steps import (
-    ExampleArgumentParser,
-    OutputArguments,
     UsageError,
-    check_data_files,
-    check_head_options,
-    check_output_dir,
-    check_steps,
+    checked_run,
     load_model,
-    model_to_load,
     output_written_whole,
-    pin_memory_only_for_a_gpu,
 )
-from transformers import Trainer, TrainingArguments, set_seed
+from transformers import Trainer, TrainingArguments
 
 from hf_elmo import ElmoForQuestionAnswering, ElmoTokenizer
 from hf_elmo.question_answering_elmo import best_spans
@@ -204,20 +195,8 @@ def predicted_answers(start_logits, end_logits, windows, questions, max_answer_l
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
-    parser = ExampleArgumentParser((ModelArguments, DataTrainingArguments, OutputArguments, TrainingArguments))
-    model_args, data_args, output_args, training_args = parser.parse(argv)
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        level=logging.INFO,
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    with parser.usage_errors():  # every mistake is found before the model loads
-        check_steps(training_args, data_args)
-        check_data_files(data_args)
-        overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
-        check_head_options(overrides)
-        model_name = model_to_load(model_args.model_name_or_path)
-        check_output_dir(training_args, output_args.overwrite_output_dir, model_name)
+    with checked_run((ModelArguments, DataTrainingArguments), argv, HEAD_OPTIONS) as run:  # before a model loads
+        data_args = run.data_args
         splits = {
             split: read_squad(name, limit)
             for split, name, limit in (
@@ -227,10 +206,8 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             )
             if name is not None
         }
-    pin_memory_only_for_a_gpu(training_args)
-    set_seed(training_args.seed)
-    with output_written_whole(training_args):
-        return fine_tune(model_args, data_args, training_args, model_name, splits, overrides)
+    with output_written_whole(run.training_args):
+        return fine_tune(run.model_args, data_args, run.training_args, run.model_name, splits, run.overrides)
 
 
 def fine_tune(

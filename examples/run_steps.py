@@ -8,18 +8,20 @@ Every mistake of the command line or the data files ends the script before any m
 """
 
 import contextlib
+import logging
 import shutil
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import datasets
 import torch
 from accelerate import PartialState
 from datasets import Dataset, load_dataset
 from datasets.exceptions import DatasetGenerationError
-from transformers import HfArgumentParser, TrainingArguments
+from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_elmo.configuration_elmo import ElmoConfig, field_rule
 from hf_elmo.errors import first_line
@@ -65,6 +67,44 @@ class ExampleArgumentParser(HfArgumentParser):
             yield
         except UsageError as error:
             self.error(str(error))
+
+
+class ExampleRun(NamedTuple):
+    """What a fine-tuning example settled before any model loads."""
+
+    model_args: Any
+    data_args: Any
+    training_args: TrainingArguments
+    model_name: str  # what `from_pretrained` loads for --model_name_or_path
+    overrides: dict  # the head options given: config fields and their values
+
+
+@contextlib.contextmanager
+def checked_run(argument_types: tuple, argv: list[str] | None, head_options: tuple[str, ...]) -> Iterator[ExampleRun]:
+    """
+    Parses `argv` into `argument_types` (the script's model and data arguments), `OutputArguments` and
+    `TrainingArguments`, and checks what every example checks before a model loads: the steps and their files, the
+    head options given (the model arguments named in `head_options`, config fields), the model's name and the output
+    folder. The block checks the rest of its data; a `UsageError` raised here or in the block ends the script in one
+    line, exit status 2. After the block: pinned memory only for a GPU, and the seed set.
+    """
+    parser = ExampleArgumentParser((*argument_types, OutputArguments, TrainingArguments))
+    model_args, data_args, output_args, training_args = parser.parse(argv)
+    logging.basicConfig(
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        level=logging.INFO,
+        handlers=[logging.StreamHandler(sys.stdout)],
+    )
+    with parser.usage_errors():
+        check_steps(training_args, data_args)
+        check_data_files(data_args)
+        overrides = {name: getattr(model_args, name) for name in head_options if getattr(model_args, name) is not None}
+        check_head_options(overrides)
+        model_name = model_to_load(model_args.model_name_or_path)
+        check_output_dir(training_args, output_args.overwrite_output_dir, model_name)
+        yield ExampleRun(model_args, data_args, training_args, model_name, overrides)
+    pin_memory_only_for_a_gpu(training_args)
+    set_seed(training_args.seed)
 
 
 def check_steps(training_args: TrainingArguments, data_args) -> None:

@@ -19,8 +19,6 @@ Mistakes in the command line or the data files are one line, exit status 2, befo
 `--crf_constraint BIO` (or `BIOES`) keeps that path within the tag scheme's legal transitions.
 """
 
-import logging
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,22 +27,15 @@ from datasets import Dataset, DatasetDict
 from model_card import write_fine_tuned_card
 from run_steps import (
     TABLE_SUFFIXES,
-    ExampleArgumentParser,
-    OutputArguments,
     UsageError,
-    check_data_files,
-    check_head_options,
-    check_output_dir,
-    check_steps,
+    checked_run,
     data_files,
     load_model,
-    model_to_load,
     output_written_whole,
-    pin_memory_only_for_a_gpu,
     read_table,
 )
 from seqeval.metrics import accuracy_score, f1_score, precision_score, recall_score
-from transformers import DataCollatorForTokenClassification, EvalPrediction, Trainer, TrainingArguments, set_seed
+from transformers import DataCollatorForTokenClassification, EvalPrediction, Trainer, TrainingArguments
 
 import hf_elmo
 from hf_elmo import ElmoForTokenClassification
@@ -201,31 +192,16 @@ def check_crf(overrides: dict, saved_config, tags: list[str]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
-    parser = ExampleArgumentParser((ModelArguments, DataTrainingArguments, OutputArguments, TrainingArguments))
-    model_args, data_args, output_args, training_args = parser.parse(argv)
-    logging.basicConfig(
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-        level=logging.INFO,
-        handlers=[logging.StreamHandler(sys.stdout)],
-    )
-    with parser.usage_errors():  # every mistake is found before the model loads
-        check_steps(training_args, data_args)
-        check_data_files(data_args)
-        overrides = {name: getattr(model_args, name) for name in HEAD_OPTIONS if getattr(model_args, name) is not None}
-        if model_args.use_crf:
-            overrides["use_crf"] = True
-        check_head_options(overrides)
-        model_name = model_to_load(model_args.model_name_or_path)
-        check_output_dir(training_args, output_args.overwrite_output_dir, model_name)
-        raw = load_splits(data_args)
-        saved_config = hf_elmo.ElmoConfig.from_pretrained(model_name)
+    with checked_run((ModelArguments, DataTrainingArguments), argv, HEAD_OPTIONS) as run:  # before a model loads
+        if run.model_args.use_crf:  # a flag that is False when absent: a head option only when given
+            run.overrides["use_crf"] = True
+        raw = load_splits(run.data_args)
+        saved_config = hf_elmo.ElmoConfig.from_pretrained(run.model_name)
         is_tagger = "ElmoForTokenClassification" in (saved_config.architectures or [])
         tags = tag_names(raw, saved_config if is_tagger else None)
-        check_crf(overrides, saved_config, tags)
-    pin_memory_only_for_a_gpu(training_args)
-    set_seed(training_args.seed)
-    with output_written_whole(training_args):
-        return fine_tune(model_args, data_args, training_args, model_name, raw, tags, overrides)
+        check_crf(run.overrides, saved_config, tags)
+    with output_written_whole(run.training_args):
+        return fine_tune(run.model_args, run.data_args, run.training_args, run.model_name, raw, tags, run.overrides)
 
 
 def fine_tune(
