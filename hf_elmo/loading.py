@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from .alphabet_elmo import CHAR_VOCAB_FILE, CharacterAlphabet
+from .alphabet_elmo import CHAR_VOCAB_FILE
 from .bundled import BUNDLED_MODELS, bundled_model_path
 from .command_line import is_path_only
 from .configuration_elmo import ElmoConfig
@@ -198,7 +198,7 @@ def check_tokenizer(tokenizer: ElmoTokenizer, config: ElmoConfig, name: str | os
     """A one-line `ValueError` for a tokenizer that gives a model other rows than its config reads: another number of
     characters per token, another character vocabulary, or word inputs where the config has none or none where it
     has some."""
-    alphabet = CharacterAlphabet.from_config(config)
+    alphabet = config.alphabet
     disagreements = []
     if tokenizer.max_characters_per_token != config.max_characters_per_token:
         disagreements.append(
