@@ -19,6 +19,7 @@ from .embedding_pipeline import EmbedSettings, JobProcess, embed_file, run_ident
 from .errors import CommandError, ElmoConversionError, first_line
 from .loading import hub_unreachable, load_model_and_tokenizer
 from .modeling_elmo import (
+    ElmoForQuestionAnswering,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoHeadModel,
@@ -247,6 +248,12 @@ def head_rows(model: ElmoHeadModel) -> dict[str, str]:
     if isinstance(model, ElmoForTokenClassification):
         constraint = f", {config.crf_constraint} transitions only" if config.crf_constraint else ""
         rows["CRF"] = f"yes{constraint}" if config.use_crf else "no"
+    if isinstance(model, ElmoForQuestionAnswering):
+        reads = [
+            ("attention over the question", config.question_attention),
+            ("exact match", config.question_match_feature),
+        ]
+        rows["question"] = ", ".join(name for name, chosen in reads if chosen) or "its words alone"
     rows["biLM"] = "frozen (the mix and head train)" if config.freeze_bilm else "trained with the head"
     return rows
 

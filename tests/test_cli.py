@@ -31,7 +31,7 @@ from utils import (
 
 import hf_elmo.command_line
 import hf_elmo_launcher
-from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
+from hf_elmo import ElmoForQuestionAnswering, ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.cli import main
 from hf_elmo.command_line import parse_command
 from hf_elmo.configuration_elmo import CPU_MATMULS
@@ -398,6 +398,14 @@ def test_info_describes_a_head_and_its_biLM_without_transformers_load_report(cap
         "pooling: mean_max\nbiLM: trained with the head\nrepresentation layers: 3 (token layer + 2 LSTM layers)\n"
     ) in out
     assert "LOAD REPORT" not in err and "UNEXPECTED" not in err, err
+
+
+def test_info_says_what_a_question_answering_head_reads(tmp_path, capsys):
+    ElmoForQuestionAnswering(tiny_config(question_match_feature=False)).save_pretrained(tmp_path)
+    capsys.readouterr()
+    assert main(["info", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "head: ElmoForQuestionAnswering\n" in out and "question: attention over the question\n" in out
 
 
 def test_foreign_model_folder_is_named_in_one_line(tmp_path, capsys):
