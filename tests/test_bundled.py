@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import h5py
+import numpy as np
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
@@ -251,6 +252,16 @@ def test_onnx_export_takes_a_bundled_name(tmp_path, monkeypatch):
     assert (tmp_path / "onnx" / "model.onnx").is_file()
 
 
+def printed_similarity_tables(lines: list[str]) -> dict[int, np.ndarray]:
+    """The quickstart's cosine tables, `{layer: (6, 6)}`, read back from its output."""
+    tables = {}
+    for index, line in enumerate(lines):
+        if line.startswith("cosine similarity, layer "):
+            rows = lines[index + 2 : index + 8]
+            tables[int(line.split()[3])] = np.array([[float(value) for value in row.split()[1:]] for row in rows])
+    return tables
+
+
 def test_quickstart_runs_offline_on_the_bundled_models():
     environment = {
         **os.environ,
@@ -269,10 +280,24 @@ def test_quickstart_runs_offline_on_the_bundled_models():
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "cosine similarity, layer 0 (context-free character CNN):" in lines
-    # Layer 0 reads the word alone: 배가 in "배가 고프다" and "배가 아프다" get the same vector.
-    assert lines[lines.index("cosine similarity, layer 0 (context-free character CNN):") + 2].split()[1:3] == [
-        "1.000",
-        "1.000",
-    ]
+    tables = printed_similarity_tables(lines)
+    # Layer 0 reads the unit alone: 배 gets one vector in all six sentences.
+    assert set(tables[0].flatten().tolist()) == {1.0}
+    # The verdict is that of the printed tables: at the layer with the widest margin (the least similar pair of
+    # one sense minus the most similar pair across senses), "tells apart" exactly where that margin is above 0.
+    start = lines.index("the unit 배 in:") + 1
+    senses = [line.split("  (")[1].split(":")[0] for line in lines[start : start + 6]]
+    assert sorted(set(senses)) == ["belly", "boat", "pear"]
+    same = [(i, j) for i in range(6) for j in range(i + 1, 6) if senses[i] == senses[j]]
+    across = [(i, j) for i in range(6) for j in range(i + 1, 6) if senses[i] != senses[j]]
+    margins = {
+        number: min(table[pair] for pair in same) - max(table[pair] for pair in across)
+        for number, table in tables.items()
+        if number
+    }
+    best = max(margins, key=margins.get)
+    assert f"The layer that separates the senses best here is layer {best}." in lines
+    verdict = lines[lines.index(f"The layer that separates the senses best here is layer {best}.") + 1]
+    assert verdict.startswith("There each sense's pair is nearer" if margins[best] > 0 else "Even there it does not")
     for review, label in REVIEWS.items():
         assert any(line.split()[:1] == [label] and line.endswith(review) for line in lines), review

@@ -24,7 +24,7 @@ from hf_elmo.sentence_transformers_elmo import ElmoSentenceEncoder  # noqa: E402
 
 # Spacing and punctuation as users type them; "" has no word (a zero vector, as sentence_embedding gives).
 TEXTS = ["the cat sat on the mat", "a", "hello,  world  again !", "", "one two three four five six seven", "x y"]
-# examples/quickstart.py: 배 is belly in the first two, a boat in the third, a pear in the fourth.
+# 배 is belly in the first two, a boat in the third, a pear in the fourth.
 BAE_SENTENCES = ["배가 고프다", "배가 아프다", "배를 타고 여행을 가다", "배를 깎아 먹었다"]
 
 
