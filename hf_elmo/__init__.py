@@ -17,6 +17,7 @@ from .modeling_elmo import (
     ElmoScalarMix,
 )
 from .question_answering_elmo import ElmoQuestionAnsweringPipeline
+from .sentence_encoder import ElmoSentenceEmbedder
 from .tokenization_elmo import ElmoTokenizer
 
 __all__ = [
@@ -32,6 +33,7 @@ __all__ = [
     "ElmoPreTrainedModel",
     "ElmoQuestionAnsweringPipeline",
     "ElmoScalarMix",
+    "ElmoSentenceEmbedder",
     "ElmoTokenizer",
     "bundled_model_path",
 ]
