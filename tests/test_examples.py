@@ -17,6 +17,7 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 from utils import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.folder_layout import SIF_A
 
 pytest.importorskip("datasets")
 pytest.importorskip("seqeval")
@@ -835,8 +836,9 @@ def test_korsts_eval_scores_hf_elmos_sentence_vectors_for_each_variant(tmp_path)
         (layers, removed)
         for layers in ("layer 0", "layer 1", "layer 2", "average (default)", "layers 0 and 1")
         for removed in removals
-    } | {"char 1-4-gram TF-IDF"}
-    assert all(len(scores) == 3 for key, scores in table.items() if key != "char 1-4-gram TF-IDF")
+    } | {"char 1-4-gram TF-IDF", "held out (mean of the halves)", "folder's own"}
+    assert all(len(scores) == 3 for key, scores in table.items() if isinstance(key, tuple))
+    assert -100 <= table["held out (mean of the halves)"] <= 100
 
     def default_vectors(sentences, a=None, **removed):
         batch = tokenizer(sentences, padding=True, return_word_labels=True, return_tensors="pt")
@@ -858,6 +860,9 @@ def test_korsts_eval_scores_hf_elmos_sentence_vectors_for_each_variant(tmp_path)
     expected = 100 * spearmanr(cosines.numpy(), gold).statistic
     scores = table[("average (default)", "reference text's mean and 2 directions")]
     assert scores[2] == pytest.approx(expected, abs=1e-3)
+    # The folder's own vector: its sentence_bert_config.json's defaults (the average, SIF with SIF_A, nothing out).
+    cosines = torch.nn.functional.cosine_similarity(default_vectors(first, SIF_A), default_vectors(second, SIF_A))
+    assert table["folder's own"] == pytest.approx(100 * spearmanr(cosines.numpy(), gold).statistic, abs=1e-4)
 
 
 def test_nsmc_frozen_features_probe(base_model, tmp_path):
