@@ -11,6 +11,11 @@ macro-F1 are reported for every split with labels, written to `output_dir/all_re
 (model, tokenizer, model card) is ready for `push_to_hub`. Every `TrainingArguments` option applies (`--bf16`,
 `--per_device_train_batch_size`, ...).
 
+`--word_vector_dim N` puts a learned word vector over the tokenizer's word vocabulary beside the layer mix (the
+paper's `[x_k ; ELMo_k]`); `--word_vectors_from_softmax` starts it from the pre-training softmax of a folder
+`hf-elmo pretrain` saved, at its width. The output folder's tokenizer gives the word ids, so that
+`pipeline("text-classification", model=OUTPUT_DIR)` needs nothing more.
+
 The output folder appears complete or not at all, and one that exists is replaced, whole, only with
 `--overwrite_output_dir`. Mistakes in the command line or the data files are one line, exit status 2, before any
 model loads (`run_steps.py`).
@@ -20,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
+import torch
 from datasets import DatasetDict
 from model_card import write_fine_tuned_card
 from run_steps import (
@@ -34,7 +40,9 @@ from run_steps import (
 from transformers import EvalPrediction, Trainer, TrainingArguments
 
 import hf_elmo
-from hf_elmo import ElmoForSequenceClassification
+from hf_elmo import ElmoForSequenceClassification, ElmoTokenizer
+from hf_elmo.loading import read_weights
+from hf_elmo.modeling_elmo import word_vectors_from_softmax
 
 HEAD_OPTIONS = (
     "task_lstm_dim",
@@ -43,6 +51,7 @@ HEAD_OPTIONS = (
     "mix_layer_norm",
     "mix_l2_coefficient",
     "concat_token_representation",
+    "word_vector_dim",
 )
 
 
@@ -59,6 +68,13 @@ class ModelArguments:
     mix_l2_coefficient: float | None = field(default=None, metadata={"help": "L2 penalty on the mixing scalars"})
     concat_token_representation: bool | None = field(
         default=None, metadata={"help": "feed the context-independent token representation beside the mix"}
+    )
+    word_vector_dim: int | None = field(
+        default=None, metadata={"help": "a learned word vector of this size beside the mix (0: none)"}
+    )
+    word_vectors_from_softmax: bool = field(
+        default=False,
+        metadata={"help": "start the word vectors from the pre-training softmax of the model folder, at its width"},
     )
     license: str = field(default="apache-2.0", metadata={"help": "license written in the model card"})
 
@@ -138,6 +154,46 @@ def label_names(raw, data_args: DataTrainingArguments, config) -> list[str]:
     )
 
 
+def settle_word_vectors(model_args: ModelArguments, model_name: str, overrides: dict) -> torch.Tensor | None:
+    """
+    The word vectors asked for, as config fields in `overrides` (`word_vector_dim`, and the tokenizer's word
+    vocabulary size as `word_vector_vocab_size`), before any model loads; with `--word_vectors_from_softmax`, the
+    softmax's rows to start them from (and its width as their size), else None. A folder without a word vocabulary
+    or, for the softmax, without a pre-training softmax of that vocabulary, is a `UsageError`.
+    """
+    if not model_args.word_vectors_from_softmax and not overrides.get("word_vector_dim"):
+        if "word_vector_dim" in overrides:  # 0: none, as the field says
+            overrides["word_vector_vocab_size"] = None
+        return None
+    vocab_size = ElmoTokenizer.from_pretrained(model_name).word_vocab_size
+    if vocab_size is None:
+        raise UsageError(
+            f"word vectors are looked up in the word vocabulary (word_vocab.json) of a pre-trained biLM's tokenizer: "
+            f"{model_args.model_name_or_path} has none"
+        )
+    overrides["word_vector_vocab_size"] = vocab_size
+    if not model_args.word_vectors_from_softmax:
+        return None
+    try:
+        table = word_vectors_from_softmax(read_weights(model_name, "softmax."))
+    except ValueError as error:
+        raise UsageError(
+            f"--word_vectors_from_softmax: {model_args.model_name_or_path} holds no pre-training softmax: give the "
+            "folder hf-elmo pretrain saved, or --word_vector_dim N alone to learn the word vectors from scratch"
+        ) from error
+    if table.shape[0] != vocab_size:
+        raise UsageError(
+            f"--word_vectors_from_softmax: the softmax of {model_args.model_name_or_path} has {table.shape[0]} rows, "
+            f"its tokenizer's word vocabulary {vocab_size} words"
+        )
+    if overrides.setdefault("word_vector_dim", table.shape[1]) != table.shape[1]:
+        raise UsageError(
+            f"--word_vector_dim {overrides['word_vector_dim']}: the word vectors from the softmax are its "
+            f"{table.shape[1]} values wide; leave --word_vector_dim out"
+        )
+    return table
+
+
 def classification_metrics(prediction: EvalPrediction) -> dict[str, float]:
     """Accuracy and macro-averaged F1 over the classes seen in the labels or the predictions."""
     predicted = np.argmax(prediction.predictions, axis=-1)
@@ -156,8 +212,11 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         saved_config = hf_elmo.ElmoConfig.from_pretrained(run.model_name)
         is_classifier = "ElmoForSequenceClassification" in (saved_config.architectures or [])
         labels = label_names(raw, run.data_args, saved_config if is_classifier else None)
+        softmax_rows = settle_word_vectors(run.model_args, run.model_name, run.overrides)
     with output_written_whole(run.training_args):
-        return fine_tune(run.model_args, run.data_args, run.training_args, run.model_name, raw, labels, run.overrides)
+        return fine_tune(
+            run.model_args, run.data_args, run.training_args, run.model_name, raw, labels, run.overrides, softmax_rows
+        )
 
 
 def fine_tune(
@@ -168,9 +227,11 @@ def fine_tune(
     raw: DatasetDict,
     labels: list[str],
     overrides: dict,
+    softmax_rows: torch.Tensor | None,
 ) -> dict[str, dict[str, float]]:
     """The run once its arguments and data are checked: trains, evaluates and predicts what `training_args` asks,
-    writing into `training_args.output_dir`; the metrics by split."""
+    writing into `training_args.output_dir`; the metrics by split. The word vectors start from `softmax_rows` when
+    given (`settle_word_vectors`)."""
     label2id = {name: i for i, name in enumerate(labels)}
     pairs = all(data_args.text_pair_column in dataset.column_names for dataset in raw.values())
     model, tokenizer = load_model(
@@ -184,6 +245,8 @@ def fine_tune(
         pair_classification=pairs,
         **overrides,
     )
+    if softmax_rows is not None:
+        model.init_word_vectors(softmax_rows)
 
     def preprocess(batch):
         second = batch[data_args.text_pair_column] if pairs else None

@@ -197,6 +197,12 @@ class ElmoConfig(PreTrainedConfig):
         mix_dropout (`float`): dropout on the mixed representation.
         concat_token_representation (`bool`): feed `[x_k ; ELMo_k]`, the context-independent token
             representation beside the mix, to the task layers.
+        word_vector_dim (`int`): size of a learned, context-independent word vector over the tokenizer's word
+            vocabulary (GloVe's place in the paper's `[x_k ; ELMo_k]`), put first beside the mix; 0 for none. The
+            heads then read `word_vector_ids` (`ElmoTokenizer(..., word_vector_ids=True)`); the vectors train even
+            with `freeze_bilm`, and can start from a pre-training softmax (`modeling_elmo.word_vectors_from_softmax`).
+        word_vector_vocab_size (`int`, *optional*): words of that vector's table (the tokenizer's
+            `word_vocab_size`); set exactly when `word_vector_dim` is above 0.
         task_lstm_dim (`int`): units per direction of a task BiLSTM over the representation; 0 for none.
         pooling (`str`): how `ElmoForSequenceClassification` pools the words: `"mean"`, `"max"` or `"mean_max"`.
         pair_classification (`bool`): `ElmoForSequenceClassification` pools the two sentences marked by
@@ -252,6 +258,8 @@ class ElmoConfig(PreTrainedConfig):
     mix_l2_coefficient: float = checked(Rule(lambda value: is_number(value) and value >= 0, "a number >= 0"), 0.0)
     mix_dropout: float = checked(FRACTION, 0.5)
     concat_token_representation: bool = checked(BOOLEAN, False)
+    word_vector_dim: int = checked(integer(0), 0)
+    word_vector_vocab_size: int | None = checked(optional(integer(1)), None)
     task_lstm_dim: int = checked(integer(0), 0)
     pooling: str = checked(one_of("mean", "max", "mean_max"), "mean")
     pair_classification: bool = checked(BOOLEAN, False)
@@ -303,6 +311,10 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError("char_vocab_size and char_markers go together (a learned character vocabulary)")
         if (self.word_input_vocab_size is None) != (self.word_input_dim is None):
             raise ValueError("word_input_vocab_size and word_input_dim go together (a word-embedding input)")
+        if (self.word_vector_dim > 0) != (self.word_vector_vocab_size is not None):
+            raise ValueError(
+                "word_vector_dim (above 0) and word_vector_vocab_size go together (a head's word vectors)"
+            )
         CharacterAlphabet.from_config(self)  # checks the markers against the size
 
     def validate(self):

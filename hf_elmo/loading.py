@@ -151,7 +151,9 @@ def load_model_and_tokenizer(
     """
     `load_model(...)` and the model's `ElmoTokenizer`, from the same folder or Hub id (the name is resolved once).
     A folder without any tokenizer file gets the default tokenizer of the model's token width; one that lacks a file
-    its config needs (`check_tokenizer_files`), or whose tokenizer disagrees with the config, is refused.
+    its config needs (`check_tokenizer_files`), or whose tokenizer disagrees with the config, is refused. The
+    tokenizer gives `word_vector_ids` exactly when the model is a head with word vectors (`config.word_vector_dim`,
+    set in the folder or by `from_pretrained_kwargs`), whatever the folder's tokenizer was saved with.
     """
     path = resolve_model_name(str(name), hub)
     folder = Path(path)
@@ -161,9 +163,11 @@ def load_model_and_tokenizer(
         check_tokenizer_files(folder, config, name)
     with one_line_errors(name):
         model = _from_pretrained(path, model_class, device, from_pretrained_kwargs)
+        # A head's word vectors read the ids; the biLM of a head folder would refuse them.
+        reads_word_vectors = isinstance(model, ElmoHeadModel) and model.config.word_vector_vocab_size is not None
         if folder.is_dir() and not (folder / TOKENIZER_CONFIG_FILE).is_file():
-            return model, ElmoTokenizer(model.config.max_characters_per_token)
-        tokenizer = ElmoTokenizer.from_pretrained(path)
+            return model, ElmoTokenizer(model.config.max_characters_per_token, word_vector_ids=reads_word_vectors)
+        tokenizer = ElmoTokenizer.from_pretrained(path, word_vector_ids=reads_word_vectors)
     if tokenizer.max_characters_per_token != model.config.max_characters_per_token and not folder.is_dir():
         # A Hub repository whose tokenizer files do not say the width: the model's.
         tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
@@ -196,8 +200,8 @@ def check_tokenizer_files(folder: Path, config: ElmoConfig, name: str | os.PathL
 
 def check_tokenizer(tokenizer: ElmoTokenizer, config: ElmoConfig, name: str | os.PathLike) -> None:
     """A one-line `ValueError` for a tokenizer that gives a model other rows than its config reads: another number of
-    characters per token, another character vocabulary, or word inputs where the config has none or none where it
-    has some."""
+    characters per token, another character vocabulary, word inputs where the config has none or none where it
+    has some, or word-vector ids from a word vocabulary of another size than the word vectors' table."""
     alphabet = config.alphabet
     disagreements = []
     if tokenizer.max_characters_per_token != config.max_characters_per_token:
@@ -215,11 +219,38 @@ def check_tokenizer(tokenizer: ElmoTokenizer, config: ElmoConfig, name: str | os
         )
     if (tokenizer.word_input_vocab is None) != (config.word_input_vocab_size is None):
         disagreements.append("word inputs" if config.word_input_vocab_size is None else "no word inputs")
+    if tokenizer.word_vector_ids and tokenizer.word_vocab_size != config.word_vector_vocab_size:
+        disagreements.append(
+            f"a word vocabulary of {tokenizer.word_vocab_size} words (the word vectors': "
+            f"{config.word_vector_vocab_size})"
+        )
     if disagreements:
         raise ValueError(
             f"the tokenizer of {name} disagrees with its config: it has {'; '.join(disagreements)}; copy or download "
             "the model folder again"
         )
+
+
+def read_weights(name: str | os.PathLike, prefix: str, *, hub: bool = True) -> dict[str, torch.Tensor]:
+    """
+    The weights of the model `name` (`resolve_model_name(name, hub)`) whose names start with `prefix`, read from its
+    safetensors files without building a model: `read_weights(folder, "softmax.")` is the pre-training softmax of a
+    folder `hf-elmo pretrain` saved (see `modeling_elmo.word_vectors_from_softmax`), empty for a biLM-only folder.
+    A file that cannot be read is a one-line `ValueError`.
+    """
+    from safetensors import safe_open
+
+    path = resolve_model_name(str(name), hub)
+    with one_line_errors(name):
+        if not Path(path).is_dir():  # a Hub id: its weights files alone, which from_pretrained caches as well
+            from huggingface_hub import snapshot_download
+
+            path = snapshot_download(path, allow_patterns=["*.safetensors"])
+        weights = {}
+        for file in sorted(Path(path).glob("*.safetensors")):
+            with safe_open(str(file), framework="pt") as handle:
+                weights.update({key: handle.get_tensor(key) for key in handle.keys() if key.startswith(prefix)})
+    return weights
 
 
 def _from_pretrained(

@@ -811,8 +811,10 @@ def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor, config: Elmo
 
 class ElmoTaskEncoder(nn.Module):
     """
-    The task-specific part shared by the heads: the ELMo mix of the biLM layers, optionally beside the
-    context-independent token representation (`[x_k ; ELMo_k]`), optionally read by a task BiLSTM.
+    The task-specific part shared by the heads: the ELMo mix of the biLM layers, optionally beside context-independent
+    vectors of each position (`[x_k ; ELMo_k]`): a learned word vector (`config.word_vector_dim`, looked up by
+    `word_vector_ids`) and the character CNN's token representation (`config.concat_token_representation`), in that
+    order; optionally read by a task BiLSTM.
     """
 
     def __init__(self, config: ElmoConfig):
@@ -820,7 +822,16 @@ class ElmoTaskEncoder(nn.Module):
         self.mix = ElmoScalarMix.from_config(config)
         self.concat_token_representation = config.concat_token_representation
         self.projection_dim = config.projection_dim
-        width = config.hidden_size + (config.projection_dim if config.concat_token_representation else 0)
+        self.word_vectors = (
+            nn.Embedding(config.word_vector_vocab_size, config.word_vector_dim)
+            if config.word_vector_vocab_size is not None
+            else None
+        )
+        width = (
+            config.word_vector_dim
+            + (config.projection_dim if config.concat_token_representation else 0)
+            + config.hidden_size
+        )
         self.lstm = (
             nn.LSTM(width, config.task_lstm_dim, batch_first=True, bidirectional=True)
             if config.task_lstm_dim > 0
@@ -828,15 +839,23 @@ class ElmoTaskEncoder(nn.Module):
         )
         self.output_dim = 2 * config.task_lstm_dim if self.lstm is not None else width
 
-    def forward(self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(
+        self, layers: tuple[torch.Tensor, ...], mask: torch.Tensor, word_vector_ids: torch.LongTensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """
-        `layers` the biLM's `n_layers + 1` outputs, `mask` `(batch, positions)` -> the features `(batch, positions,
-        output_dim)` and the mix's L2 penalty for the loss.
+        `layers` the biLM's `n_layers + 1` outputs, `mask` `(batch, positions)` and, with word vectors, the
+        `word_vector_ids` `(batch, positions)` -> the features `(batch, positions, output_dim)` and the mix's L2
+        penalty for the loss.
         """
         features, penalty = self.mix(layers, mask, with_penalty=True)
         if self.concat_token_representation:
             # Layer 0 is [x ; x]: its first half is the context-independent representation.
             features = torch.cat([layers[0][..., : self.projection_dim], features], dim=-1)
+        if self.word_vectors is not None:
+            # A padded position holds some word's id (an embedding has no -100): zeroed, as the biLM's layers are.
+            word_vectors = self.word_vectors(word_vector_ids.to(self.word_vectors.weight.device))
+            word_vectors = word_vectors.to(features) * mask.unsqueeze(-1).to(features)
+            features = torch.cat([word_vectors, features], dim=-1)
         if self.lstm is not None:
             features = run_bilstm(self.lstm, features, mask)
         return features, penalty
@@ -887,6 +906,8 @@ class ElmoHeadModel(ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
+        # `from_pretrained(folder, word_vector_dim=...)` sets each field after the config checked them together.
+        config.validate_architecture()
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
         self.task_encoder = ElmoTaskEncoder(config)
@@ -903,17 +924,74 @@ class ElmoHeadModel(ElmoPreTrainedModel):
         return loaded
 
     def apply_trainability(self):
-        """Sets `requires_grad` from the config: the biLM trains unless `freeze_bilm`; fixed `mix_weights` never do."""
+        """
+        Sets `requires_grad` from the config: the biLM trains unless `freeze_bilm`; fixed `mix_weights` never do. The
+        head's own layers, its word vectors among them, always train.
+        """
         self.elmo.requires_grad_(not self.config.freeze_bilm)
         self.task_encoder.mix.scalar_parameters.requires_grad_(self.config.mix_weights is None)
 
+    @property
+    def graph_input_names(self) -> list[str]:
+        """As for every model, and `word_vector_ids` where the head has word vectors."""
+        return super().graph_input_names + (
+            ["word_vector_ids"] if self.config.word_vector_vocab_size is not None else []
+        )
+
+    @torch.no_grad()
+    def init_word_vectors(self, table: torch.Tensor):
+        """
+        Starts the word vectors (`config.word_vector_dim`) from `table` `(word_vector_vocab_size, word_vector_dim)`,
+        whose row `i` is the vector of word id `i` of the tokenizer's word vocabulary: e.g. the pre-training softmax's
+        rows ([`word_vectors_from_softmax`]). Another shape is a one-line `ValueError`.
+        """
+        word_vectors = self.task_encoder.word_vectors
+        if word_vectors is None:
+            raise ValueError(
+                "this head has no word vectors to start: set config.word_vector_dim and word_vector_vocab_size"
+            )
+        if table.shape != word_vectors.weight.shape:
+            raise ValueError(
+                f"the word vectors are {tuple(word_vectors.weight.shape)} (word_vector_vocab_size, word_vector_dim); "
+                f"the table given is {tuple(table.shape)}"
+            )
+        word_vectors.weight.copy_(table)
+
+    def _validated_word_vector_ids(self, input_ids: torch.Tensor, word_vector_ids: torch.Tensor | None):
+        """`word_vector_ids` checked against the config: needed exactly when the head has word vectors."""
+        if self.config.word_vector_vocab_size is None:
+            if word_vector_ids is not None:
+                raise ValueError(
+                    "word_vector_ids were given, but this head has no word vectors (config.word_vector_dim)"
+                )
+            return None
+        if word_vector_ids is None:
+            raise ValueError(
+                "this head also reads word_vector_ids (config.word_vector_dim); none were given: create its "
+                "ElmoTokenizer with word_vector_ids=True"
+            )
+        if word_vector_ids.shape != input_ids.shape[:2]:
+            raise ValueError(
+                f"word_vector_ids shape {tuple(word_vector_ids.shape)} does not match input_ids "
+                f"{tuple(input_ids.shape[:2])}"
+            )
+        return word_vector_ids
+
     def _encode(
-        self, input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
+        self,
+        input_ids,
+        attention_mask,
+        output_hidden_states,
+        word_input_ids,
+        inputs_embeds,
+        output_attentions,
+        word_vector_ids,
     ):
         """
         The part every head's `forward` shares (the arguments as there): the task features `(batch, positions, dim)`,
         the valid mask, the biLM's layers when asked for, and the mix's L2 penalty.
         """
+        word_vector_ids = self._validated_word_vector_ids(input_ids, word_vector_ids)
         elmo_output = self.elmo(
             input_ids,
             attention_mask,
@@ -924,7 +1002,7 @@ class ElmoHeadModel(ElmoPreTrainedModel):
             word_input_ids=word_input_ids,
         )
         mask = valid_positions(input_ids, attention_mask)
-        features, penalty = self.task_encoder(elmo_output.hidden_states, mask)
+        features, penalty = self.task_encoder(elmo_output.hidden_states, mask, word_vector_ids)
         hidden_states = elmo_output.hidden_states if self._wants_hidden_states(output_hidden_states) else None
         return features.to(mask.device), mask, hidden_states, penalty
 
@@ -953,6 +1031,7 @@ class ElmoForSequenceClassification(ElmoHeadModel):
         inputs_embeds: None = None,
         output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
+        word_vector_ids: torch.LongTensor | None = None,
     ) -> SequenceClassifierOutput | tuple:
         r"""
         Args:
@@ -962,9 +1041,18 @@ class ElmoForSequenceClassification(ElmoHeadModel):
             labels (`torch.Tensor` of shape `(batch,)` or `(batch, num_labels)`, *optional*): class indices, or
                 targets for regression / multi-label classification, following `config.problem_type`.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
+            word_vector_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word-vocabulary id of
+                every position, for a head with word vectors (`config.word_vector_dim`); from an `ElmoTokenizer` made
+                with `word_vector_ids=True`.
         """
         features, mask, hidden_states, penalty = self._encode(
-            input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
+            input_ids,
+            attention_mask,
+            output_hidden_states,
+            word_input_ids,
+            inputs_embeds,
+            output_attentions,
+            word_vector_ids,
         )
         words = word_positions(input_ids, mask, self.config)
         if self.config.pair_classification:
@@ -1042,6 +1130,7 @@ class ElmoForTokenClassification(ElmoHeadModel):
         inputs_embeds: None = None,
         output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
+        word_vector_ids: torch.LongTensor | None = None,
     ) -> TokenClassifierOutput | tuple:
         r"""
         Args:
@@ -1049,9 +1138,18 @@ class ElmoForTokenClassification(ElmoHeadModel):
             labels (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the class of each position; -100
                 (and any label at a boundary or padded position) is ignored.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
+            word_vector_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word-vocabulary id of
+                every position, for a head with word vectors (`config.word_vector_dim`); from an `ElmoTokenizer` made
+                with `word_vector_ids=True`.
         """
         features, mask, hidden_states, penalty = self._encode(
-            input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
+            input_ids,
+            attention_mask,
+            output_hidden_states,
+            word_input_ids,
+            inputs_embeds,
+            output_attentions,
+            word_vector_ids,
         )
         logits = self.classifier(features)
 
@@ -1094,7 +1192,7 @@ class ElmoForTokenClassification(ElmoHeadModel):
         """
         inputs = {
             key: encoding[key].to(self.device)
-            for key in ("input_ids", "attention_mask", "word_input_ids")
+            for key in ("input_ids", "attention_mask", "word_input_ids", "word_vector_ids")
             if key in encoding
         }
         logits = self(**inputs).logits
@@ -1156,6 +1254,7 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         inputs_embeds: None = None,
         output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
+        word_vector_ids: torch.LongTensor | None = None,
     ) -> QuestionAnsweringModelOutput | tuple:
         r"""
         Args:
@@ -1165,12 +1264,21 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
                 answer's first and last unit. A label outside the context's words (a window without the answer, or
                 a position past the row) is ignored, as transformers' heads ignore one past the sequence.
             word_input_ids: as for [`ElmoModel`], for models with a word-embedding input.
+            word_vector_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word-vocabulary id of
+                every position, for a head with word vectors (`config.word_vector_dim`); from an `ElmoTokenizer` made
+                with `word_vector_ids=True`.
         Returns `start_logits` and `end_logits` `(batch, positions)`.
         """
         if token_type_ids is None:
             raise ValueError("ElmoForQuestionAnswering needs token_type_ids marking the context (the pair's second)")
         features, mask, hidden_states, penalty = self._encode(
-            input_ids, attention_mask, output_hidden_states, word_input_ids, inputs_embeds, output_attentions
+            input_ids,
+            attention_mask,
+            output_hidden_states,
+            word_input_ids,
+            inputs_embeds,
+            output_attentions,
+            word_vector_ids,
         )
         words = word_positions(input_ids, mask, self.config)
         context = words & token_type_ids.to(words.device).bool()
@@ -1416,6 +1524,21 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         """
         output = self(input_ids, attention_mask, return_dict=True)
         return output.forward_logits.float().log_softmax(-1), output.backward_logits.float().log_softmax(-1)
+
+
+def word_vectors_from_softmax(state_dict: dict[str, torch.Tensor]) -> torch.Tensor:
+    """
+    The context-independent output vector of every word that [`ElmoForPreTraining`] learned: its softmax's weight
+    `(word_vocab_size, projection_dim)`, row `i` the word of id `i` in its tokenizer's word vocabulary, copied from
+    `state_dict` (the model's, or the `softmax.` weights of a folder `hf-elmo pretrain` saved); for
+    [`ElmoHeadModel.init_word_vectors`]. A state dict without it (a biLM's alone) is a one-line `ValueError`.
+    """
+    if "softmax.weight" not in state_dict:
+        raise ValueError(
+            "no pre-training softmax (softmax.weight) among these weights: only a folder saved by hf-elmo pretrain "
+            "(ElmoForPreTraining) holds one, a biLM-only folder does not"
+        )
+    return state_dict["softmax.weight"].detach().clone()
 
 
 # The model class each Auto class gives for an ELMo config: `import hf_elmo` registers them.

@@ -10,10 +10,11 @@ checks of the model.
 
 Inputs: `input_ids` `(batch, positions, max_characters_per_token)` int64 and `attention_mask` `(batch, positions)`
 int64 (right padding), then those the model also reads (`ElmoPreTrainedModel.graph_input_names`: `word_input_ids`
-for models with a word-embedding input, `token_type_ids` for pair classifiers), each `(batch, positions)`. Outputs:
-for `ElmoModel`, `last_hidden_state` `(batch, positions, 2 * projection_dim)` and `hidden_states`, the
-`n_layers + 1` layers stacked on a first axis (`torch.stack(output.hidden_states)`); for a head, the fields of its
-output class that it computes without labels (`logits`).
+for models with a word-embedding input, `word_vector_ids` for heads with word vectors, `token_type_ids` for pair
+classifiers), each `(batch, positions)`. Outputs: for `ElmoModel`, `last_hidden_state` `(batch, positions,
+2 * projection_dim)` and `hidden_states`, the `n_layers + 1` layers stacked on a first axis
+(`torch.stack(output.hidden_states)`); for a head, the fields of its output class that it computes without labels
+(`logits`).
 """
 
 import contextlib
@@ -69,9 +70,14 @@ class ElmoForOnnx(nn.Module):
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor,
         word_input_ids: torch.LongTensor | None = None,
+        word_vector_ids: torch.LongTensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
     ) -> tuple[torch.Tensor, ...]:
-        given = {"word_input_ids": word_input_ids, "token_type_ids": token_type_ids}
+        given = {
+            "word_input_ids": word_input_ids,
+            "word_vector_ids": word_vector_ids,
+            "token_type_ids": token_type_ids,
+        }
         inputs = {name: value for name, value in given.items() if value is not None}
         layers_wanted = "hidden_states" in self.output_names
         output = self.model(input_ids, attention_mask, output_hidden_states=layers_wanted, return_dict=True, **inputs)
@@ -194,7 +200,8 @@ class ElmoOnnxSession:
     def __call__(self, input_ids, attention_mask, **inputs) -> dict[str, np.ndarray]:
         """
         `input_ids` `(batch, positions, max_characters_per_token)`, `attention_mask` `(batch, positions)` with each
-        row's valid positions first, and the graph's other inputs (`word_input_ids`, `token_type_ids`) by name.
+        row's valid positions first, and the graph's other inputs (`word_input_ids`, `word_vector_ids`,
+        `token_type_ids`) by name.
         """
         input_ids, attention_mask = np.asarray(input_ids, dtype=np.int64), np.asarray(attention_mask, dtype=np.int64)
         if input_ids.ndim != 3 or input_ids.shape[-1] != self.max_characters_per_token:

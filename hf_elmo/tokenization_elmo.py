@@ -139,6 +139,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         vocab_file (`str`, *optional*): a `tokenizers` `WordLevel` tokenizer JSON holding the word vocabulary of a
             language model (with `<S>`, `</S>` and `<UNK>`); it lets `__call__(..., return_word_labels=True)` give
             the word id of every position as `labels`. Saved and loaded with the tokenizer.
+        word_vector_ids (`bool`): with a word vocabulary, the output also holds `word_vector_ids` `(batch,
+            positions)`, the word-vocabulary id of every position (those of `return_word_labels=True`, `<S>` and
+            `</S>` included; padding gets `</S>`'s id, which the heads mask): the input of a head's word vectors
+            (`config.word_vector_dim`). Saved with the tokenizer.
         char_vocab_file (`str`, *optional*): a learned character vocabulary saved by
             [`~alphabet_elmo.CharacterAlphabet`]; without it, words are rows of UTF-8 bytes (bilm-tf's alphabet). With
             it, the sentence boundaries are the words `<bos>` and `<eos>`.
@@ -161,6 +165,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         char_vocab_file: str | None = None,
         word_input_vocab_file: str | None = None,
         analyser_versions: dict[str, str] | None = None,
+        word_vector_ids: bool = False,
         **kwargs,
     ):
         if max_characters_per_token < 3:
@@ -183,6 +188,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         self._row_cache: dict[str, list[int]] = {}
         self.word_tokenizer = None if vocab_file is None else _read_word_vocab(vocab_file)
         self._word_to_id = None if vocab_file is None else self.word_tokenizer.get_vocab()
+        if word_vector_ids and vocab_file is None:
+            raise ValueError("word_vector_ids=True needs a word vocabulary: create the tokenizer with vocab_file=")
+        self.word_vector_ids = word_vector_ids
         self.word_input_vocab = (
             None if word_input_vocab_file is None else _read_word_input_vocab(word_input_vocab_file)
         )
@@ -190,9 +198,13 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         self._symbol_by_id = {i: symbol for symbol, i in self._symbols.items()}
         if self.analyser_versions is not None:
             kwargs["analyser_versions"] = self.analyser_versions
+        if word_vector_ids:  # saved only when on: the tokenizer files of other folders stay as they were
+            kwargs["word_vector_ids"] = True
         super().__init__(max_characters_per_token=max_characters_per_token, pre_tokenizer=pre_tokenizer, **kwargs)
-        self.model_input_names = ["input_ids", "attention_mask"] + (
-            ["word_input_ids"] if self.word_input_vocab is not None else []
+        self.model_input_names = (
+            ["input_ids", "attention_mask"]
+            + (["word_input_ids"] if self.word_input_vocab is not None else [])
+            + (["word_vector_ids"] if word_vector_ids else [])
         )
 
     @classmethod
@@ -370,9 +382,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         `text`, gives second sentences (e.g. for NLI): each is encoded after the first as its own `<S> ... </S>` and
         marked by `token_type_ids` 1. With `return_word_labels=True` (needs a word vocabulary), `labels` holds the
         word id of every position, `<S>` and `</S>` included, -100 at padding: the targets of
-        [`ElmoForPreTraining`]. `return_special_tokens_mask` marks the boundary positions; `return_offsets_mapping`
-        gives each unit's `(start, end)` in its string (`(0, 0)` for boundaries); `split_special_tokens=True`
-        encodes the words `<S>` and `</S>` of the text as ordinary words.
+        [`ElmoForPreTraining`]. A tokenizer made with `word_vector_ids=True` also gives those ids as
+        `word_vector_ids`, padding `</S>`'s id. `return_special_tokens_mask` marks the boundary positions;
+        `return_offsets_mapping` gives each unit's `(start, end)` in its string (`(0, 0)` for boundaries);
+        `split_special_tokens=True` encodes the words `<S>` and `</S>` of the text as ordinary words.
         """
         _refuse_unsupported_arguments(kwargs, text, text_target, text_pair_target, padding_side)
         if text_pair is None and _is_batch_of_pairs(text, is_split_into_words):
@@ -397,6 +410,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         data = {"input_ids": [example.rows for example in examples]}
         if self.word_input_vocab is not None:
             data["word_input_ids"] = [self._word_inputs(example) for example in examples]
+        word_vocab_ids = (
+            [self._word_labels(example) for example in examples] if return_word_labels or self.word_vector_ids else []
+        )
+        if self.word_vector_ids:
+            data["word_vector_ids"] = word_vocab_ids
         if return_attention_mask is not False:
             data["attention_mask"] = [[1] * len(example.rows) for example in examples]
         if return_token_type_ids or (return_token_type_ids is None and seconds is not None):
@@ -410,7 +428,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if return_overflowing_tokens:
             data["overflow_to_sample_mapping"] = sample_of
         word_ids = [example.word_ids for example in examples]
-        labels = [self._word_labels(example) for example in examples] if return_word_labels else []
+        labels = word_vocab_ids if return_word_labels else []
         if padding not in (False, None, "do_not_pad"):
             data = self._pad_lists(data, max_length if padding == "max_length" else None, pad_to_multiple_of)
             positions = len(data["input_ids"][0])
@@ -607,6 +625,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         }
         if self.word_input_vocab is not None:
             pad_values["word_input_ids"] = self.word_input_vocab[WORD_INPUT_PADDING]
+        if self._word_to_id is not None:
+            # Any id a word vector can be looked up with; the heads mask padded positions.
+            pad_values["word_vector_ids"] = self.word_to_id(EOS_TOKEN)
         padded = {}
         for key, batch in data.items():
             if key not in pad_values:
@@ -629,8 +650,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """
         Pads already-encoded features (a list of dicts, or a dict of lists) to a common number of positions, as
         the stock data collators ask. Tensors are accepted and turned into lists first. Keys other than
-        `input_ids`, `attention_mask`, `token_type_ids`, `special_tokens_mask` and `word_input_ids` are passed
-        through unchanged.
+        `input_ids`, `attention_mask`, `token_type_ids`, `special_tokens_mask`, `word_input_ids` and
+        `word_vector_ids` are passed through unchanged.
         """
         if padding_side not in (None, "right"):
             raise ValueError("ElmoTokenizer pads on the right only")
@@ -646,6 +667,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             raise ValueError("each feature's input_ids must be a list of character-id rows")
         if self.word_input_vocab is not None and "word_input_ids" not in data:
             raise ValueError("this tokenizer's model also reads word_input_ids: the features lack them")
+        if self.word_vector_ids and "word_vector_ids" not in data:
+            raise ValueError("this tokenizer gives word_vector_ids (word_vector_ids=True): the features lack them")
         if return_attention_mask is not False and "attention_mask" not in data:
             data["attention_mask"] = [[1] * len(rows) for rows in data["input_ids"]]
         if padding not in (False, None, "do_not_pad"):

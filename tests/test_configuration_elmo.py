@@ -134,6 +134,24 @@ def test_crf_options_are_saved_and_checked(tmp_path):
         loaded.crf_constraint = "BIOUL"  # as from_pretrained(..., crf_constraint=...) sets it
 
 
+def test_word_vector_fields_go_together_and_are_saved(tmp_path):
+    assert (ElmoConfig().word_vector_dim, ElmoConfig().word_vector_vocab_size) == (0, None)
+    ElmoConfig(word_vector_dim=12, word_vector_vocab_size=40).save_pretrained(tmp_path)
+    loaded = ElmoConfig.from_pretrained(tmp_path)
+    assert (loaded.word_vector_dim, loaded.word_vector_vocab_size) == (12, 40)
+    message = r"^word_vector_dim \(above 0\) and word_vector_vocab_size go together \(a head's word vectors\)$"
+    for fields in (
+        dict(word_vector_dim=12),
+        dict(word_vector_vocab_size=40),
+        dict(word_vector_dim=0, word_vector_vocab_size=40),
+    ):
+        with pytest.raises(ValueError, match=message):
+            ElmoConfig(**fields)
+    loaded.word_vector_vocab_size = None  # as from_pretrained(..., word_vector_vocab_size=None) sets it
+    with pytest.raises(ValueError, match=message):
+        loaded.save_pretrained(tmp_path / "again")  # checked together before it is written
+
+
 @pytest.mark.parametrize(
     "field, value, allowed",
     [
@@ -153,6 +171,8 @@ def test_crf_options_are_saved_and_checked(tmp_path):
         ("word_vocab_size", 1, "None or an integer >= 2"),
         ("char_markers", ["padding"], "None or a dict of marker roles to ids"),
         ("pooling", "sum", "'mean', 'max' or 'mean_max'"),
+        ("word_vector_dim", -1, "an integer >= 0"),
+        ("word_vector_vocab_size", 0, "None or an integer >= 1"),
     ],
 )
 def test_each_field_is_checked_for_its_type_and_range_by_name(tmp_path, field, value, allowed):

@@ -13,17 +13,20 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer
-from utils import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
+from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer, pipeline
+from utils import FLOAT32_TOLERANCE, tiny_config, word_vocab_tokenizer, write_original_checkpoint
 
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from hf_elmo.folder_layout import SIF_A
+from hf_elmo.loading import read_weights
+from hf_elmo.modeling_elmo import word_vectors_from_softmax
 
 pytest.importorskip("datasets")
 pytest.importorskip("seqeval")
 pytest.importorskip("accelerate")
 ROOT = Path(__file__).resolve().parents[1]
 POSITIVE, NEGATIVE = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "sad"]
+UNSEEN = ["never", "written"]  # words of a word vocabulary that `write_sentences` never writes
 FILLER = ["the", "movie", "was", "a", "plot", "and", "it", "felt"]
 PLACES, PEOPLE = ["Paris", "Rome", "Oslo", "Lima"], ["Ada", "Bob", "Eve"]
 
@@ -200,6 +203,86 @@ def test_run_classification(base_model, tmp_path):
     assert "train_runtime" not in again and not (tmp_path / "evaluation" / "model.safetensors").exists()
     assert again["test_accuracy"] == pytest.approx(results["test_accuracy"])
     assert again["test_macro_f1"] == pytest.approx(results["test_macro_f1"])
+
+
+@pytest.fixture(scope="module")
+def pretraining_folder(tmp_path_factory) -> Path:
+    """A random tiny `ElmoForPreTraining` folder as `hf-elmo pretrain` saves it: the biLM, its word softmax, and a
+    tokenizer whose word vocabulary holds the words of `write_sentences` and the `UNSEEN` ones."""
+    folder = tmp_path_factory.mktemp("pretraining")
+    tokenizer = word_vocab_tokenizer(folder, [*FILLER, *POSITIVE, *NEGATIVE, *UNSEEN])
+    torch.manual_seed(0)
+    config = tiny_config(word_vocab_size=tokenizer.word_vocab_size, n_negative_samples=4)
+    ElmoForPreTraining(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def test_run_classification_starts_word_vectors_from_the_pretraining_softmax(
+    pretraining_folder, tmp_path, in_process, capsys
+):
+    """`--word_vectors_from_softmax`: the softmax's rows, at its width, train beside the frozen biLM, and the folder's
+    tokenizer gives their ids to the text-classification pipeline unasked."""
+    write_sentences(tmp_path / "train.csv", 32, seed=0)
+    arguments = ["--model_name_or_path", pretraining_folder, "--train_file", tmp_path / "train.csv", "--do_train"]
+    output_dir = tmp_path / "classifier"
+    code, stderr = in_process(
+        "run_classification.py",
+        [
+            *arguments,
+            "--word_vectors_from_softmax",
+            "--output_dir",
+            output_dir,
+            "--max_steps",
+            "3",
+            "--per_device_train_batch_size",
+            "8",
+            "--learning_rate",
+            "0.05",
+        ],
+        capsys,
+    )
+    assert code == 0, stderr
+    model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
+    tokenizer = AutoTokenizer.from_pretrained(output_dir)
+    assert (model.config.word_vector_dim, model.config.word_vector_vocab_size) == (8, tokenizer.word_vocab_size)
+    softmax = word_vectors_from_softmax(read_weights(pretraining_folder, "softmax."))
+    table = model.task_encoder.word_vectors.weight
+    unseen, trained = ([tokenizer.word_to_id(word) for word in words] for words in (UNSEEN, POSITIVE + NEGATIVE))
+    assert torch.equal(table[unseen], softmax[unseen])  # copied, and in no training sentence
+    assert not torch.equal(table[trained], softmax[trained])
+    bilm = ElmoModel.from_pretrained(pretraining_folder).state_dict()
+    assert all(torch.equal(value, bilm[name]) for name, value in model.elmo.state_dict().items())  # frozen
+
+    texts = ["a good movie", "the plot felt awful", "new words"]
+    results = pipeline("text-classification", model=str(output_dir))(texts)
+    with torch.no_grad():
+        probabilities = model(**tokenizer(texts, padding=True, return_tensors="pt")).logits.softmax(-1)
+    assert [result["label"] for result in results] == [
+        model.config.id2label[i] for i in probabilities.argmax(-1).tolist()
+    ]
+    for result, row in zip(results, probabilities):
+        assert result["score"] == pytest.approx(row.max().item(), abs=FLOAT32_TOLERANCE)
+
+    code, stderr = in_process(
+        "run_classification.py",
+        [*arguments, "--word_vector_dim", "4", "--output_dir", tmp_path / "scratch", "--max_steps", "1"],
+        capsys,
+    )
+    assert code == 0, stderr
+    config = AutoModelForSequenceClassification.from_pretrained(tmp_path / "scratch").config
+    assert (config.word_vector_dim, config.word_vector_vocab_size) == (4, tokenizer.word_vocab_size)
+    assert AutoTokenizer.from_pretrained(tmp_path / "scratch").word_vector_ids
+    code, stderr = in_process(
+        "run_classification.py",
+        [*arguments, "--word_vectors_from_softmax", "--word_vector_dim", "4", "--output_dir", tmp_path / "no"],
+        capsys,
+    )
+    assert (code, stderr) == (
+        2,
+        "run_classification.py: error: --word_vector_dim 4: the word vectors from the softmax are its 8 values wide; "
+        "leave --word_vector_dim out\n",
+    )
 
 
 def test_examples_take_a_bundled_model_and_refuse_an_unknown_name_at_once(tmp_path):
@@ -415,6 +498,31 @@ def usage_mistakes(tmp_path: Path, base_model: Path) -> dict[str, tuple[str, lis
             [*train_on, train, "--pooling", "maxx"],
             "--pooling must be 'mean', 'max' or 'mean_max', got 'maxx'",
         ),
+        "a negative word vector size": (
+            "run_classification.py",
+            [*train_on, train, "--word_vector_dim", "-1"],
+            "--word_vector_dim must be an integer >= 0, got -1",
+        ),
+        "word vectors without a word vocabulary": (
+            "run_classification.py",
+            [*train_on, train, "--word_vector_dim", "8"],
+            "word vectors are looked up in the word vocabulary (word_vocab.json) of a pre-trained biLM's tokenizer: "
+            f"{base_model} has none",
+        ),
+        "word vectors from a biLM-only folder": (
+            "run_classification.py",
+            [
+                "--model_name_or_path",
+                "ko-nsmc",
+                *model[2:],
+                "--do_train",
+                "--train_file",
+                train,
+                "--word_vectors_from_softmax",
+            ],
+            "--word_vectors_from_softmax: ko-nsmc holds no pre-training softmax: give the folder hf-elmo pretrain "
+            "saved, or --word_vector_dim N alone to learn the word vectors from scratch",
+        ),
         "no tokens column": (
             "run_token_classification.py",
             [*train_on, tmp_path / "words.csv"],
@@ -459,6 +567,9 @@ MISTAKES = [
     "empty csv",
     "header-only csv",
     "invalid head option",
+    "a negative word vector size",
+    "word vectors without a word vocabulary",
+    "word vectors from a biLM-only folder",
     "no tokens column",
     "missing conll file",
     "a crf constraint without a crf",

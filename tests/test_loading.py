@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import tiny_config
+from utils import tiny_config, word_vocab_tokenizer
 
 from hf_elmo import (
     ElmoForPreTraining,
@@ -128,3 +128,40 @@ def test_a_tokenizer_that_disagrees_with_the_config_is_refused(tmp_path):
     shutil.copy(Path(bundled_model_path("ko-nsmc-sentiment")) / "char_vocab.json", folder)
     with pytest.raises(ValueError, match=r"it has a character vocabulary of 3993 \(the config's: 3826, or other"):
         load_model_and_tokenizer(folder)
+
+
+def test_the_tokenizer_gives_word_vector_ids_exactly_when_the_model_reads_them(tmp_path):
+    """A head with word vectors (saved, or asked for by `from_pretrained`'s keywords) gets a tokenizer that gives
+    their ids, whatever the folder's tokenizer was saved with; the biLM of its folder one that does not."""
+    ElmoModel(tiny_config()).save_pretrained(tmp_path / "bilm")
+    saved = word_vocab_tokenizer(tmp_path / "bilm", ["a", "cat", "sat"])
+    saved.save_pretrained(tmp_path / "bilm")
+    vocab_size = saved.word_vocab_size
+    sentence = ["a cat sat", "a dog"]
+    word_vectors = dict(num_labels=2, word_vector_dim=4, word_vector_vocab_size=vocab_size)
+    head, tokenizer = load_model_and_tokenizer(
+        tmp_path / "bilm", ElmoForSequenceClassification, hub=False, **word_vectors
+    )
+    assert tokenizer.word_vector_ids and "word_vector_ids" in tokenizer.model_input_names
+    with torch.no_grad():
+        expected = head(**tokenizer(sentence, padding=True, return_tensors="pt")).logits
+    head.save_pretrained(tmp_path / "head")
+    tokenizer.save_pretrained(tmp_path / "head")
+    edit_json(tmp_path / "head" / "tokenizer_config.json", word_vector_ids=False)  # as an older tokenizer was saved
+    reloaded, tokenizer = load_model_and_tokenizer(tmp_path / "head", hub=False)
+    assert type(reloaded) is ElmoForSequenceClassification and tokenizer.word_vector_ids
+    with torch.no_grad():
+        assert torch.equal(reloaded(**tokenizer(sentence, padding=True, return_tensors="pt")).logits, expected)
+    bilm, tokenizer = load_model_and_tokenizer(tmp_path / "head", ElmoModel, hub=False)
+    assert not tokenizer.word_vector_ids
+    with torch.no_grad():  # ElmoModel takes no word_vector_ids
+        assert bilm(**tokenizer(sentence, padding=True, return_tensors="pt")).last_hidden_state.shape == (2, 5, 16)
+    _, tokenizer = load_model_and_tokenizer(tmp_path / "bilm", ElmoForSequenceClassification, hub=False, num_labels=2)
+    assert not tokenizer.word_vector_ids
+    word_vectors["word_vector_vocab_size"] = vocab_size + 1
+    with pytest.raises(ValueError) as raised:
+        load_model_and_tokenizer(tmp_path / "bilm", ElmoForSequenceClassification, hub=False, **word_vectors)
+    assert str(raised.value) == (
+        f"the tokenizer of {tmp_path / 'bilm'} disagrees with its config: it has a word vocabulary of {vocab_size} "
+        f"words (the word vectors': {vocab_size + 1}); copy or download the model folder again"
+    )

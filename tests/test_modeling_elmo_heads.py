@@ -1,12 +1,22 @@
 """The ELMo layer (ElmoScalarMix) and the task heads: conventions of transformers, masking, freezing, loading."""
 
+import copy
+
 import pytest
 import torch
 from torch.nn import functional as F
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
-from utils import FLOAT32_TOLERANCE, tiny_config
+from utils import FLOAT32_TOLERANCE, tiny_config, word_vocab_tokenizer
 
-from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoScalarMix
+from hf_elmo import (
+    ElmoForPreTraining,
+    ElmoForQuestionAnswering,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoScalarMix,
+)
+from hf_elmo.loading import read_weights
+from hf_elmo.modeling_elmo import word_vectors_from_softmax
 
 SENTENCES = [["A", "short", "one", "."], ["The", "second", "sentence", "is", "a", "bit", "longer", "."]]
 
@@ -326,3 +336,126 @@ def test_crf_options_are_checked():
         make_head(ElmoForTokenClassification, crf_constraint="BIO", id2label=BIO_LABELS)
     with pytest.raises(ValueError, match="needs labels named O or B/I/E/S-TYPE in id2label, got 'U-LOC'$"):
         make_crf_head(crf_constraint="BIOES", id2label={0: "O", 1: "B-LOC", 2: "U-LOC"})
+
+
+# -- word vectors beside the mix (the paper's [x_k ; ELMo_k] with a context-independent word vector) ------------------
+
+# The words of SENTENCES but "longer" (an unknown word), and two words of no sentence.
+WORDS = ["A", "short", "one", ".", "The", "second", "sentence", "is", "a", "bit", "never", "seen"]
+
+
+@pytest.fixture
+def word_tokenizer(tmp_path):
+    return word_vocab_tokenizer(tmp_path, WORDS, word_vector_ids=True)
+
+
+def make_word_vector_head(cls, tokenizer, **overrides):
+    return make_head(cls, word_vector_dim=5, word_vector_vocab_size=tokenizer.word_vocab_size, **overrides)
+
+
+def test_the_word_vector_comes_first_beside_the_token_representation_and_the_mix(word_tokenizer):
+    model = make_word_vector_head(ElmoForSequenceClassification, word_tokenizer, concat_token_representation=True)
+    assert model.task_encoder.output_dim == 5 + 8 + 16 and model.classifier.in_features == 5 + 8 + 16
+    batch = encode(word_tokenizer, SENTENCES)
+    mask = batch["attention_mask"].bool()
+    with torch.no_grad():
+        layers = model.elmo(batch["input_ids"], batch["attention_mask"], output_hidden_states=True).hidden_states
+        features, _ = model.task_encoder(layers, mask, batch["word_vector_ids"])
+        plain, _ = make_head(ElmoForSequenceClassification, concat_token_representation=True).task_encoder(
+            layers, mask
+        )
+    vectors = model.task_encoder.word_vectors.weight[batch["word_vector_ids"]]
+    assert torch.equal(features[..., :5], vectors * mask[..., None])  # zero at padding, as the layers
+    assert (features[1, :, :5].abs().sum(-1) > 0).all() and (features[0, ~mask[0], :5] == 0).all()
+    torch.testing.assert_close(features[..., 5:], plain, atol=FLOAT32_TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize("options", [dict(), dict(task_lstm_dim=4, pooling="mean_max")])
+def test_the_word_vectors_change_the_logits_and_train_with_a_frozen_bilm(word_tokenizer, options):
+    model = make_word_vector_head(ElmoForSequenceClassification, word_tokenizer, **options)
+    batch = encode(word_tokenizer, SENTENCES)
+    with torch.no_grad():
+        logits = model(**batch).logits
+        alone = model(**encode(word_tokenizer, SENTENCES[:1])).logits
+        zeroed = copy.deepcopy(model)
+        zeroed.task_encoder.word_vectors.weight.zero_()
+        without_vectors = zeroed(**batch).logits
+    torch.testing.assert_close(logits[:1], alone, atol=FLOAT32_TOLERANCE, rtol=0)  # padding changes nothing
+    assert (logits - without_vectors).abs().min() > FLOAT32_TOLERANCE  # every row reads its words' vectors
+    model.train()
+    assert model.config.freeze_bilm and model.task_encoder.word_vectors.weight.requires_grad
+    model(**batch, labels=torch.tensor([0, 2])).loss.backward()
+    gradient = model.task_encoder.word_vectors.weight.grad
+    assert (gradient[batch["word_vector_ids"][word_mask(batch)]].abs().sum(-1) > 0).all()
+    assert (gradient[[word_tokenizer.word_to_id("never"), word_tokenizer.word_to_id("seen")]] == 0).all()
+    assert all(p.grad is None for p in model.elmo.parameters())
+
+
+@pytest.mark.parametrize("cls", [ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForQuestionAnswering])
+def test_every_head_reads_its_word_vectors_and_names_them_a_graph_input(word_tokenizer, cls):
+    model = make_word_vector_head(cls, word_tokenizer)
+    assert model.graph_input_names[:3] == ["input_ids", "attention_mask", "word_vector_ids"]
+    assert "word_vector_ids" not in make_head(cls).graph_input_names
+    batch = word_tokenizer(
+        ["A short one", "The bit"], ["a sentence", "is a bit longer ."], padding=True, return_tensors="pt"
+    )
+    with torch.no_grad():
+        output = model(**batch)
+        batch["word_vector_ids"] = torch.full_like(batch["word_vector_ids"], word_tokenizer.word_to_id("bit"))
+        other = model(**batch)
+    assert not torch.allclose(output[0], other[0])
+
+
+def test_word_vector_ids_missing_unexpected_or_misshapen_are_one_line(word_tokenizer):
+    model = make_word_vector_head(ElmoForTokenClassification, word_tokenizer)
+    batch = encode(word_tokenizer, SENTENCES)
+    ids = batch.pop("word_vector_ids")
+    missing = r"^this head also reads word_vector_ids \(config.word_vector_dim\); none were given: create its "
+    with pytest.raises(ValueError, match=missing + "ElmoTokenizer with word_vector_ids=True$"):
+        model(**batch)
+    with pytest.raises(ValueError, match=r"^word_vector_ids shape \(2, 9\) does not match input_ids \(2, 10\)$"):
+        model(**batch, word_vector_ids=ids[:, :-1])
+    with pytest.raises(
+        ValueError, match=r"^word_vector_ids were given, but this head has no word vectors \(config.word_vector_dim\)$"
+    ):
+        make_head(ElmoForTokenClassification)(**batch, word_vector_ids=ids)
+
+
+def test_the_word_vectors_start_from_exactly_the_pretraining_softmax_and_reload(tmp_path, word_tokenizer):
+    torch.manual_seed(0)
+    vocab_size = word_tokenizer.word_vocab_size
+    pretraining = ElmoForPreTraining(tiny_config(word_vocab_size=vocab_size, n_negative_samples=4))
+    pretraining.save_pretrained(tmp_path / "pretrained")
+    softmax = pretraining.softmax.weight
+    table = word_vectors_from_softmax(read_weights(tmp_path / "pretrained", "softmax."))
+    assert table.shape == (vocab_size, 8) and torch.equal(table, softmax)
+    assert torch.equal(word_vectors_from_softmax(pretraining.state_dict()), softmax)
+    model = ElmoForSequenceClassification.from_pretrained(
+        tmp_path / "pretrained", num_labels=2, word_vector_dim=8, word_vector_vocab_size=vocab_size
+    )
+    model.init_word_vectors(table)
+    assert torch.equal(model.task_encoder.word_vectors.weight, softmax)
+    with torch.no_grad():
+        model.task_encoder.word_vectors.weight.add_(1.0)  # the head's own copy: the softmax stays
+    assert torch.equal(table, softmax) and not torch.equal(model.task_encoder.word_vectors.weight, softmax)
+    model.save_pretrained(tmp_path / "classifier")
+    reloaded = ElmoForSequenceClassification.from_pretrained(tmp_path / "classifier")
+    assert torch.equal(reloaded.task_encoder.word_vectors.weight, model.task_encoder.word_vectors.weight)
+    assert reloaded.task_encoder.word_vectors.weight.requires_grad and reloaded.config.freeze_bilm
+
+    pretraining.elmo.save_pretrained(tmp_path / "bilm")  # a biLM-only folder holds no softmax
+    assert read_weights(tmp_path / "bilm", "softmax.") == {}
+    no_softmax = r"^no pre-training softmax \(softmax.weight\) among these weights: only a folder saved by hf-elmo "
+    with pytest.raises(
+        ValueError, match=no_softmax + r"pretrain \(ElmoForPreTraining\) holds one, a biLM-only folder"
+    ):
+        word_vectors_from_softmax(read_weights(tmp_path / "bilm", "softmax."))
+    shapes = (
+        rf"\({vocab_size}, 8\) \(word_vector_vocab_size, word_vector_dim\); the table given is \({vocab_size}, 4\)$"
+    )
+    with pytest.raises(ValueError, match=f"^the word vectors are {shapes}"):
+        model.init_word_vectors(table[:, :4])
+    with pytest.raises(ValueError, match="^this head has no word vectors to start: set config.word_vector_dim"):
+        make_head(ElmoForSequenceClassification).init_word_vectors(table)
+    with pytest.raises(ValueError, match=r"^word_vector_dim \(above 0\) and word_vector_vocab_size go together"):
+        ElmoForSequenceClassification.from_pretrained(tmp_path / "pretrained", word_vector_dim=8)  # no vocabulary size

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from utils import FLOAT32_TOLERANCE, min_cosine, tiny_config
+from utils import FLOAT32_TOLERANCE, min_cosine, tiny_config, word_vocab_tokenizer
 
 from hf_elmo import (
     ElmoForPreTraining,
@@ -62,6 +62,16 @@ def build(kind: str, folder: Path) -> tuple[torch.nn.Module, ElmoTokenizer]:
     torch.manual_seed(0)
     if kind == "learned":
         model, tokenizer = learned_vocabulary_model(folder)
+    elif kind == "word_vectors":  # a word vocabulary of the first two batches: the last one's words are unknown
+        tokenizer = word_vocab_tokenizer(folder, " ".join(TEXTS[:4]).split(), word_vector_ids=True)
+        config = tiny_config(
+            num_labels=3,
+            task_lstm_dim=5,
+            concat_token_representation=True,
+            word_vector_dim=6,
+            word_vector_vocab_size=tokenizer.word_vocab_size,
+        )
+        model = ElmoForSequenceClassification(config)
     else:
         tokenizer = ElmoTokenizer(20)
         config = tiny_config(num_labels=3, task_lstm_dim=5, concat_token_representation=True, mix_layer_norm=True)
@@ -111,6 +121,21 @@ def test_onnx_runtime_matches_pytorch_on_unseen_batch_sizes_and_lengths(exported
         for name, value in expected.items():
             assert outputs[name].shape == tuple(value.shape), name
             np.testing.assert_allclose(outputs[name], value.numpy(), rtol=0, atol=FLOAT32_TOLERANCE, err_msg=name)
+
+
+def test_a_classifier_with_word_vectors_exports_their_ids_as_an_input(tmp_path):
+    model, tokenizer = build("word_vectors", tmp_path / "model")
+    export_onnx(tmp_path / "model", tmp_path / "onnx")
+    session = ElmoOnnxSession(tmp_path / "onnx")
+    assert session.input_names == ["input_ids", "attention_mask", "word_vector_ids"]
+    assert ElmoTokenizer.from_pretrained(tmp_path / "onnx").word_vector_ids  # the export's tokenizer gives them
+    for batch in BATCHES:
+        encoding = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+        expected = pytorch_outputs(model, encoding)["logits"]
+        logits = session(**{name: encoding[name].numpy() for name in session.input_names})["logits"]
+        np.testing.assert_allclose(logits, expected.numpy(), rtol=0, atol=FLOAT32_TOLERANCE)
+    with pytest.raises(ValueError, match="^this graph also takes word_vector_ids"):
+        session(encoding["input_ids"], encoding["attention_mask"])
 
 
 def test_every_recurrence_is_one_scan_over_positions(exported):

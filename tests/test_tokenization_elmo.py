@@ -3,7 +3,8 @@ import json
 import numpy as np
 import pytest
 import torch
-from transformers import DataCollatorWithPadding
+from transformers import AutoTokenizer, DataCollatorWithPadding
+from utils import word_vocab_tokenizer
 
 from hf_elmo import ElmoTokenizer
 from hf_elmo.tokenization_elmo import word_start_positions
@@ -345,3 +346,87 @@ def test_word_start_positions_are_where_each_run_of_one_word_id_begins():
     # Several positions of one word (a Korean word's morphemes) start once; padding and boundaries are no word.
     assert word_start_positions([None, 0, 0, 1, 1, 1, 2, None, None]) == [1, 3, 6]
     assert word_start_positions([0, 0, None, 0]) == [0, 3]
+
+
+# -- word-vector ids: the word vocabulary's id of every position, for a head's word vectors ---------------------------
+
+VOCABULARY = ["the", "cat", "sat", "on", "a", "mat"]
+
+
+def expected_word_vector_ids(tokenizer: ElmoTokenizer, input_ids: list[list[list[int]]]) -> list[list[int]]:
+    """The id each row of `input_ids` must have: its word's (`<S>` and `</S>` for the boundaries), `</S>`'s where
+    the row is padding."""
+    eos = tokenizer.word_to_id("</S>")
+    return [[tokenizer.word_to_id(tokenizer.decode(row)) if any(row) else eos for row in rows] for rows in input_ids]
+
+
+def test_word_vector_ids_stay_aligned_with_the_rows_through_padding_truncation_and_windows(tmp_path):
+    tokenizer = word_vocab_tokenizer(tmp_path, VOCABULARY, word_vector_ids=True)
+    assert tokenizer.model_input_names == ["input_ids", "attention_mask", "word_vector_ids"]
+    ids = tokenizer.word_to_id
+    sentences = [["the", "cat", "sat"], ["a", "dog"]]  # "dog" is no word of the vocabulary
+    batch = tokenizer(sentences, is_split_into_words=True, padding=True, return_word_labels=True)
+    assert batch["word_vector_ids"] == [
+        [ids("<S>"), ids("the"), ids("cat"), ids("sat"), ids("</S>")],
+        [ids("<S>"), ids("a"), ids("<UNK>"), ids("</S>"), ids("</S>")],
+    ]
+    # The ids of return_word_labels=True, and at padding a word's id instead of -100.
+    assert batch["labels"] == [
+        [i if valid else -100 for i, valid in zip(row, mask)]
+        for row, mask in zip(batch["word_vector_ids"], batch["attention_mask"])
+    ]
+    context = "the cat sat on a mat and the cat sat"
+    encodings = [
+        tokenizer(sentences, is_split_into_words=True, padding="max_length", max_length=9),
+        tokenizer(
+            sentences, is_split_into_words=True, padding=True, pad_to_multiple_of=4, truncation=True, max_length=3
+        ),
+        tokenizer(["the cat", "on a mat"], ["a cat sat", "the mat"], padding=True),
+        tokenizer(
+            ["a cat", "mat"],
+            [context, "on the mat"],
+            truncation="only_second",
+            max_length=8,
+            stride=1,
+            return_overflowing_tokens=True,
+            padding=True,
+        ),
+    ]
+    for encoding in encodings:
+        assert encoding["word_vector_ids"] == expected_word_vector_ids(tokenizer, encoding["input_ids"])
+    assert [len(rows) for rows in encodings[1]["word_vector_ids"]] == [4, 4]
+    assert len(encodings[3]["word_vector_ids"]) == len(encodings[3]["overflow_to_sample_mapping"]) > 2
+    tensors = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    assert tensors["word_vector_ids"].tolist() == batch["word_vector_ids"]
+    assert tensors["word_vector_ids"].shape == tensors["input_ids"].shape[:2]
+
+
+def test_word_vector_ids_are_padded_by_the_stock_collator_and_required_by_it(tmp_path):
+    tokenizer = word_vocab_tokenizer(tmp_path, VOCABULARY, word_vector_ids=True)
+    sentences = [["a"], ["the", "cat", "sat"]]
+    features = [tokenizer(words, is_split_into_words=True) for words in sentences]
+    collated = DataCollatorWithPadding(tokenizer)(features)
+    direct = tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
+    assert torch.equal(collated["word_vector_ids"], direct["word_vector_ids"])
+    with pytest.raises(
+        ValueError, match=r"^this tokenizer gives word_vector_ids \(word_vector_ids=True\): the features"
+    ):
+        tokenizer.pad([{"input_ids": features[0]["input_ids"]}])
+
+
+def test_word_vector_ids_are_saved_with_the_tokenizer_and_need_a_word_vocabulary(tmp_path):
+    tokenizer = word_vocab_tokenizer(tmp_path, VOCABULARY, word_vector_ids=True)
+    tokenizer.save_pretrained(tmp_path / "saved")
+    saved = json.loads((tmp_path / "saved" / "tokenizer_config.json").read_text(encoding="utf-8"))
+    assert saved["word_vector_ids"] is True
+    text = ["the cat sat on a mat", "a dog"]
+    for loaded in (
+        ElmoTokenizer.from_pretrained(tmp_path / "saved"),
+        AutoTokenizer.from_pretrained(tmp_path / "saved"),
+    ):
+        assert loaded.word_vector_ids and "word_vector_ids" in loaded.model_input_names
+        assert loaded(text, padding=True)["word_vector_ids"] == tokenizer(text, padding=True)["word_vector_ids"]
+    plain = word_vocab_tokenizer(tmp_path / "plain", VOCABULARY)
+    assert "word_vector_ids" not in plain(text) and plain.model_input_names == ["input_ids", "attention_mask"]
+    with pytest.raises(ValueError, match="^word_vector_ids=True needs a word vocabulary: create the tokenizer with"):
+        ElmoTokenizer(word_vector_ids=True)

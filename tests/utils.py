@@ -152,6 +152,18 @@ def tiny_config(**overrides) -> ElmoConfig:
     return ElmoConfig(**options)
 
 
+def word_vocab_tokenizer(folder: Path, words: list[str], **options) -> ElmoTokenizer:
+    """
+    A tokenizer of 20 characters per token whose word vocabulary (written to `folder/word_vocab.json`) holds `<S>`,
+    `</S>`, `<UNK>` and `words`; `options` are the tokenizer's (`word_vector_ids=True`).
+    """
+    from hf_elmo.pretraining import build_word_vocab
+
+    folder.mkdir(parents=True, exist_ok=True)
+    build_word_vocab([words]).save(str(folder / "word_vocab.json"))
+    return ElmoTokenizer(max_characters_per_token=20, vocab_file=str(folder / "word_vocab.json"), **options)
+
+
 def random_original_arrays(config: ElmoConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Random float32 datasets in the original layout for `config`, by dataset name."""
     rng = np.random.default_rng(seed)
