@@ -120,9 +120,11 @@ def main(argv: list[str] | None = None) -> dict:
         help="the biLM's pre-training text: word_counts.json from its words (default: the --model folder's, if any)",
     )
     parser.add_argument(
-        "--sentence-reference-text", help="text file, one sentence per line: the reference statistics of the vectors"
+        "--sentence-reference-text",
+        nargs="+",
+        help="text files, one sentence per line: the reference statistics of the vectors",
     )
-    parser.add_argument("--sentence-reference-lines", type=int, default=2000, help="lines of it used")
+    parser.add_argument("--sentence-reference-lines", type=int, default=2000, help="lines of each file used")
     parser.add_argument("--sentence-directions", type=int, default=20, help="principal directions taken out")
     parser.add_argument("--sentence-layer-weights", type=float, nargs="+", help="one per layer (default: the average)")
     parser.add_argument("--sentence-sif-a", type=float, default=SIF_A, help="SIF's a for the sentence vectors")
@@ -152,8 +154,11 @@ def main(argv: list[str] | None = None) -> dict:
         if args.sentence_reference_text:
             if counts is None:
                 raise ValueError("--sentence-reference-text needs word counts (--count-text) for the SIF weights")
-            lines = Path(args.sentence_reference_text).read_text(encoding="utf-8").splitlines()
-            lines = lines[: args.sentence_reference_lines]
+            lines = [
+                line
+                for path in args.sentence_reference_text
+                for line in Path(path).read_text(encoding="utf-8").splitlines()[: args.sentence_reference_lines]
+            ]
             settings = sentence_settings(load(folder)[0], tokenizer, counts, lines, args)
             (folder / ENCODER_CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         elif (Path(args.model) / ENCODER_CONFIG_FILE).is_file():

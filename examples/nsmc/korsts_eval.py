@@ -106,8 +106,10 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", required=True, help="a biLM folder (word_counts.json beside it for SIF)")
     parser.add_argument("--data", default=str(KORSTS), help="KorSTS's sts-dev.tsv")
-    parser.add_argument("--reference-text", required=True, help="one sentence a line: the common component's text")
-    parser.add_argument("--reference-lines", type=int, default=2000, help="lines of --reference-text used")
+    parser.add_argument(
+        "--reference-text", required=True, nargs="+", help="files of one sentence a line: the reference text"
+    )
+    parser.add_argument("--reference-lines", type=int, default=2000, help="lines of each --reference-text file used")
     parser.add_argument("--a", type=float, nargs="+", default=[1e-3, 1e-4, 1e-5, 1e-6], help="SIF's a values")
     parser.add_argument(
         "--directions", type=int, nargs="+", default=[5, 10, 20, 40], help="k values of all-but-the-top"
@@ -119,7 +121,11 @@ def main(argv: list[str] | None = None) -> dict:
     model, tokenizer = ElmoModel.from_pretrained(args.model).eval(), ElmoTokenizer.from_pretrained(args.model)
     counts = WordCounts.from_pretrained(args.model)
     first, second, gold = read_pairs(Path(args.data))
-    reference = Path(args.reference_text).read_text(encoding="utf-8").splitlines()[: args.reference_lines]
+    reference = [
+        line
+        for path in args.reference_text
+        for line in Path(path).read_text(encoding="utf-8").splitlines()[: args.reference_lines]
+    ]
     counted = counts is not None
     batches = {
         name: encoded_batches(model, tokenizer, texts, counted)
