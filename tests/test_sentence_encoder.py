@@ -5,11 +5,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import FLOAT32_TOLERANCE
+from utils import FLOAT32_TOLERANCE, save_with_word_counts
 
 from hf_elmo import ElmoModel, ElmoSentenceEmbedder, ElmoTokenizer, bundled_model_path
 from hf_elmo.folder_layout import ENCODER_CONFIG_FILE
-from hf_elmo.pretraining import build_word_vocab
 from hf_elmo.sentence_weighting import WordCounts
 
 TEXTS = ["the cat sat on the mat", "a", "hello,  world  again !", "", "one two three four five six seven", "x y"]
@@ -19,13 +18,7 @@ KOREAN = ["배가 너무 고프다", "큰 배가 항구에 들어왔다", "가�
 @pytest.fixture
 def set_folder(tmp_path, tiny_model) -> Path:
     """A tiny biLM folder with word counts of `TEXTS` and settings of every kind in its `sentence_bert_config.json`."""
-    folder = tmp_path / "set"
-    build_word_vocab(TEXTS, min_count=1).save(str(tmp_path / "word_vocab.json"))
-    tokenizer = ElmoTokenizer(max_characters_per_token=20, vocab_file=str(tmp_path / "word_vocab.json"))
-    (tmp_path / "text.txt").write_text("\n".join(TEXTS * 3) + "\n", encoding="utf-8")
-    tiny_model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    WordCounts.of_text(tokenizer, [tmp_path / "text.txt"]).save_pretrained(folder)
+    folder = save_with_word_counts(tmp_path / "set", tiny_model, TEXTS)
     dim = tiny_model.config.hidden_size
     generator = torch.Generator().manual_seed(0)
     settings = {

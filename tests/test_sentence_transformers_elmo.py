@@ -7,12 +7,11 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import FLOAT32_TOLERANCE, tiny_config, write_original_checkpoint
+from utils import FLOAT32_TOLERANCE, save_with_word_counts, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.conversion_original import convert_original
 from hf_elmo.folder_layout import ENCODER_CLASS, SIF_A
-from hf_elmo.pretraining import build_word_vocab
 from hf_elmo.pretraining import main as pretraining_main
 from hf_elmo.sentence_weighting import WORD_COUNTS_FILE, WordCounts, common_component, reference_directions
 
@@ -84,14 +83,7 @@ def tiny_folder(tmp_path, tiny_model, tiny_tokenizer) -> Path:
 @pytest.fixture
 def counted_folder(tmp_path, tiny_model) -> Path:
     """A tiny biLM folder with a word vocabulary of `TEXTS` and those texts' word counts."""
-    folder = tmp_path / "counted"
-    build_word_vocab(TEXTS, min_count=1).save(str(tmp_path / "word_vocab.json"))
-    tokenizer = ElmoTokenizer(max_characters_per_token=20, vocab_file=str(tmp_path / "word_vocab.json"))
-    (tmp_path / "text.txt").write_text("\n".join(TEXTS * 3) + "\n", encoding="utf-8")
-    tiny_model.save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    WordCounts.of_text(tokenizer, [tmp_path / "text.txt"]).save_pretrained(folder)
-    return folder
+    return save_with_word_counts(tmp_path / "counted", tiny_model, TEXTS)
 
 
 @pytest.fixture(scope="module")

@@ -164,6 +164,26 @@ def word_vocab_tokenizer(folder: Path, words: list[str], **options) -> ElmoToken
     return ElmoTokenizer(max_characters_per_token=20, vocab_file=str(folder / "word_vocab.json"), **options)
 
 
+def save_with_word_counts(folder: Path, model, texts: list[str]) -> Path:
+    """
+    `model` saved in `folder` with a tokenizer of 20 characters per token whose word vocabulary holds the words of
+    `texts`, and those texts' word counts (`word_counts.json`, each text counted three times): a biLM folder whose
+    sentence vectors are SIF-weighted.
+    """
+    from hf_elmo.pretraining import build_word_vocab
+    from hf_elmo.sentence_weighting import WordCounts
+
+    folder.mkdir(parents=True, exist_ok=True)
+    build_word_vocab(texts, min_count=1).save(str(folder / "word_vocab.json"))
+    tokenizer = ElmoTokenizer(max_characters_per_token=20, vocab_file=str(folder / "word_vocab.json"))
+    (folder / "text.txt").write_text("\n".join(texts * 3) + "\n", encoding="utf-8")
+    model.save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    WordCounts.of_text(tokenizer, [folder / "text.txt"]).save_pretrained(folder)
+    (folder / "text.txt").unlink()
+    return folder
+
+
 def random_original_arrays(config: ElmoConfig, seed: int = 0) -> dict[str, np.ndarray]:
     """Random float32 datasets in the original layout for `config`, by dataset name."""
     rng = np.random.default_rng(seed)
