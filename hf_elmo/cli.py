@@ -232,8 +232,8 @@ def info_command(args) -> int:
 
 
 def head_rows(model: ElmoHeadModel) -> dict[str, str]:
-    """What `info` says of a task head: its class, labels, layer mix, task BiLSTM, pooling or CRF, and whether the
-    biLM trains with it."""
+    """What `info` says of a task head: its class, labels, layer mix, word vectors, task BiLSTM, pooling or CRF, and
+    whether the biLM trains with it."""
     config = model.config
     rows = {"head": type(model).__name__}
     if isinstance(model, (ElmoForSequenceClassification, ElmoForTokenClassification)):
@@ -242,6 +242,8 @@ def head_rows(model: ElmoHeadModel) -> dict[str, str]:
     rows["layer mix"] = (
         f"fixed weights {config.mix_weights}" if config.mix_weights is not None else "learned (scalar mix)"
     ) + (", layer norm" if config.mix_layer_norm else "")
+    if config.word_vector_dim:
+        rows["word vectors"] = f"{config.word_vector_vocab_size:,} words x {config.word_vector_dim} (beside the mix)"
     rows["task LSTM"] = f"{config.task_lstm_dim} per direction" if config.task_lstm_dim else "none"
     if isinstance(model, ElmoForSequenceClassification):
         rows["pooling"] = config.pooling + (", sentence pairs" if config.pair_classification else "")

@@ -387,14 +387,15 @@ def test_a_full_disk_or_a_read_only_folder_is_one_line_in_convert_and_export(mod
 
 
 def test_info_describes_a_head_and_its_biLM_without_transformers_load_report(capfd):
-    """The classifier's folder: its head (labels, task BiLSTM, pooling) and biLM, loaded as the head its folder
-    holds, so that transformers reports no weight of it as unexpected."""
+    """The classifier's folder: its head (labels, word vectors, task BiLSTM, pooling) and biLM, loaded as the head
+    its folder holds, so that transformers reports no weight of it as unexpected."""
     capfd.readouterr()
     assert main(["info", "ko-nsmc-sentiment"]) == 0
     out, err = capfd.readouterr()
     assert (
-        "parameters: 2,601,174 (2,435,792 biLM, 165,382 head)\nhead: ElmoForSequenceClassification\n"
-        "labels: 2: negative, positive\nlayer mix: learned (scalar mix)\ntask LSTM: 64 per direction\n"
+        "parameters: 9,542,406 (2,437,120 biLM, 7,105,286 head)\nhead: ElmoForSequenceClassification\n"
+        "labels: 2: negative, positive\nlayer mix: learned (scalar mix)\n"
+        "word vectors: 53,706 words x 128 (beside the mix)\ntask LSTM: 64 per direction\n"
         "pooling: mean_max\nbiLM: trained with the head\nrepresentation layers: 3 (token layer + 2 LSTM layers)\n"
     ) in out
     assert "LOAD REPORT" not in err and "UNEXPECTED" not in err, err

@@ -10,6 +10,7 @@ import torch
 from utils import tiny_config, word_vocab_tokenizer
 
 from hf_elmo import (
+    ElmoConfig,
     ElmoForPreTraining,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
@@ -17,6 +18,7 @@ from hf_elmo import (
     ElmoTokenizer,
     bundled_model_path,
 )
+from hf_elmo.alphabet_elmo import learn_character_vocabulary
 from hf_elmo.loading import load_model, load_model_and_tokenizer, resolve_model_name
 
 
@@ -113,8 +115,8 @@ def test_a_folder_without_the_word_vocabulary_its_config_reads_is_refused_before
 
 
 def test_a_tokenizer_that_disagrees_with_the_config_is_refused(tmp_path):
-    """Other characters per token (a byte alphabet), or another model's character vocabulary (the bundled
-    classifier's, 3993 characters, in the biLM's folder of 3826): other rows, refused as weights that disagree are."""
+    """Other characters per token (a byte alphabet), or another model's character vocabulary (one learned from
+    other text, in the bundled biLM's folder): other rows, refused as weights that disagree are."""
     ElmoModel(tiny_config()).save_pretrained(tmp_path / "bytes")
     ElmoTokenizer(max_characters_per_token=30).save_pretrained(tmp_path / "bytes")
     with pytest.raises(ValueError) as raised:
@@ -125,8 +127,10 @@ def test_a_tokenizer_that_disagrees_with_the_config_is_refused(tmp_path):
     )
     pytest.importorskip("kiwipiepy", reason='the Korean tokenizer needs the korean extra: "hf_elmo[korean]"')
     folder = copy_of_bundled("ko-nsmc", tmp_path / "learned")
-    shutil.copy(Path(bundled_model_path("ko-nsmc-sentiment")) / "char_vocab.json", folder)
-    with pytest.raises(ValueError, match=r"it has a character vocabulary of 3993 \(the config's: 3826, or other"):
+    learn_character_vocabulary(["배가 고프다"]).save(folder / "char_vocab.json")  # 5 characters and 6 markers
+    config_size = ElmoConfig.from_pretrained(folder).char_vocab_size
+    expected = rf"it has a character vocabulary of 11 \(the config's: {config_size}, or other markers\)"
+    with pytest.raises(ValueError, match=expected):
         load_model_and_tokenizer(folder)
 
 
