@@ -170,12 +170,9 @@ def save_with_word_counts(folder: Path, model, texts: list[str]) -> Path:
     `texts`, and those texts' word counts (`word_counts.json`, each text counted three times): a biLM folder whose
     sentence vectors are SIF-weighted.
     """
-    from hf_elmo.pretraining import build_word_vocab
     from hf_elmo.sentence_weighting import WordCounts
 
-    folder.mkdir(parents=True, exist_ok=True)
-    build_word_vocab(texts, min_count=1).save(str(folder / "word_vocab.json"))
-    tokenizer = ElmoTokenizer(max_characters_per_token=20, vocab_file=str(folder / "word_vocab.json"))
+    tokenizer = word_vocab_tokenizer(folder, [word for text in texts for word in text.split()])
     (folder / "text.txt").write_text("\n".join(texts * 3) + "\n", encoding="utf-8")
     model.save_pretrained(folder)
     tokenizer.save_pretrained(folder)
