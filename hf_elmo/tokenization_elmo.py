@@ -7,13 +7,14 @@ end-of-word markers and padded; every id is then shifted by one so that an all-z
 
 import json
 import os
-from collections.abc import Sequence
-from typing import NamedTuple
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, NamedTuple
 
 import numpy as np
 from tokenizers import Tokenizer, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizerBase
-from transformers.utils import logging
+from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
+from transformers.utils import CONFIG_NAME, logging
 
 from .alphabet_elmo import (
     BYTE_ALPHABET,
@@ -215,6 +216,17 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             raise OSError(
                 f"{pretrained_model_name_or_path} is not a folder, and no ElmoTokenizer files were found "
                 "for it on the Hub or in the Hub cache"
+            )
+        # Every route to a model's tokenizer passes here (AutoTokenizer, pipeline, trust_remote_code folders): a file
+        # the model's config needs that is missing is refused here, not met as other vectors later.
+        found = [path for path in resolved_vocab_files.values() if path]
+        folder = pretrained_model_name_or_path if os.path.isdir(pretrained_model_name_or_path) else None
+        if folder is None and found:  # a Hub repository: its snapshot folder, where config.json lies once fetched
+            folder = os.path.dirname(found[0])
+        model_config = _read_model_config(folder) if folder is not None else None
+        if model_config is not None:
+            check_tokenizer_files(
+                [os.path.basename(path) for path in found], model_config, pretrained_model_name_or_path
             )
         return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
 
@@ -841,6 +853,42 @@ def _nesting_depth(value) -> int:
             return depth + 1
         value, depth = value[0], depth + 1
     return depth
+
+
+def check_tokenizer_files(present: Iterable[str], model_config: Mapping[str, Any], name: str | os.PathLike) -> None:
+    """
+    A one-line `ValueError` for the tokenizer files of the model `name` (the names `present`) that lack one its config
+    (`model_config`, as `config.json` holds it) needs: `char_vocab.json` for a learned character vocabulary,
+    `word_input_vocab.json` for a word input, and `tokenizer_config.json` (the pre-tokenizer, the characters per
+    token) wherever there is any tokenizer file. Without them the tokenizer would give other ids or other units, and
+    the model other vectors, without a word. A model with no tokenizer file at all and a byte alphabet takes the
+    default tokenizer.
+    """
+    present = set(present)
+    needed = []
+    if model_config.get("char_vocab_size") is not None:
+        needed.append(CHAR_VOCAB_FILE)
+    if model_config.get("word_input_vocab_size") is not None:
+        needed.append(WORD_INPUT_VOCAB_FILE)
+    if needed or present & set(ElmoTokenizer.vocab_files_names.values()):
+        needed.append(TOKENIZER_CONFIG_FILE)
+    missing = [file for file in needed if file not in present]
+    if missing:
+        raise ValueError(
+            f"{name} lacks {' and '.join(missing)}, which its tokenizer needs (without, the model would read other "
+            "ids or units); copy or download the model folder again"
+        )
+
+
+def _read_model_config(folder: str) -> dict | None:
+    """The ELMo model config (`config.json`) beside a tokenizer's files; None where there is none (a tokenizer saved
+    alone) or it is not an ELMo config that can be read, which loading the model itself reports."""
+    try:
+        with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as handle:
+            model_config = json.load(handle)
+    except (OSError, ValueError):
+        return None
+    return model_config if isinstance(model_config, dict) and model_config.get("model_type") == "elmo" else None
 
 
 def _read_word_input_vocab(path: str) -> dict[str, int]:

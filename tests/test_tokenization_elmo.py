@@ -1,12 +1,13 @@
 import json
+import shutil
 
 import numpy as np
 import pytest
 import torch
-from transformers import AutoTokenizer, DataCollatorWithPadding
+from transformers import AutoTokenizer, DataCollatorWithPadding, pipeline
 from utils import word_vocab_tokenizer
 
-from hf_elmo import ElmoTokenizer
+from hf_elmo import ElmoTokenizer, bundled_model_path
 from hf_elmo.tokenization_elmo import word_start_positions
 
 
@@ -312,6 +313,29 @@ def test_a_missing_path_is_an_error(tmp_path, monkeypatch):
     assert ElmoTokenizer.from_pretrained(tmp_path / "saved").max_characters_per_token == 20
     (tmp_path / "no-tokenizer-files").mkdir()  # a folder without tokenizer files gives the default tokenizer
     assert ElmoTokenizer.from_pretrained(tmp_path / "no-tokenizer-files").max_characters_per_token == 50
+
+
+def test_a_model_folder_without_a_tokenizer_file_its_config_needs_is_refused_by_every_route(tmp_path):
+    """Without `char_vocab.json`, the classifier's tokenizer would read bytes instead of its learned characters and
+    the pipeline would give other scores without a word; without `tokenizer_config.json`, other units and widths.
+    The tokenizer's own loading refuses both in one line, so `pipeline` and `AutoTokenizer` do."""
+    folder = tmp_path / "model"
+    shutil.copytree(bundled_model_path("ko-nsmc-sentiment"), folder)
+    refusal = (
+        f"{folder} lacks char_vocab.json, which its tokenizer needs (without, the model would read other ids or "
+        "units); copy or download the model folder again"
+    )
+    (folder / "char_vocab.json").unlink()
+    with pytest.raises(ValueError) as raised:
+        pipeline("text-classification", model=str(folder))
+    assert str(raised.value) == refusal
+    with pytest.raises(ValueError) as raised:
+        AutoTokenizer.from_pretrained(folder)
+    assert str(raised.value) == refusal
+    shutil.copy(bundled_model_path("ko-nsmc-sentiment") + "/char_vocab.json", folder)
+    (folder / "tokenizer_config.json").unlink()
+    with pytest.raises(ValueError, match=r"lacks tokenizer_config\.json, which its tokenizer needs"):
+        ElmoTokenizer.from_pretrained(folder)
 
 
 @pytest.mark.parametrize("return_tensors", ["pt", "np"])
