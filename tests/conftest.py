@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import FIXTURE_DIR, has_fixture, tiny_config
+from utils import FIXTURE_DIR, converted_tiny_model, has_fixture, tiny_config
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 
@@ -60,3 +60,15 @@ def tiny_model() -> ElmoModel:
 @pytest.fixture
 def tiny_tokenizer() -> ElmoTokenizer:
     return ElmoTokenizer(max_characters_per_token=20)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory) -> Path:
+    """A tiny original checkpoint converted by `hf-elmo convert` (`utils.converted_tiny_model`), one per module."""
+    return converted_tiny_model(tmp_path_factory.mktemp("converted"))
+
+
+@pytest.fixture(scope="module")
+def model(model_dir) -> ElmoModel:
+    """`model_dir` loaded as an `ElmoModel` in eval mode (do not modify it in a test)."""
+    return ElmoModel.from_pretrained(model_dir).eval()

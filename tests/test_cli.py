@@ -21,7 +21,6 @@ import torch
 from utils import (
     FLOAT32_TOLERANCE,
     convert_args,
-    converted_tiny_model,
     read_hdf5,
     reference_layers,
     run_cli,
@@ -37,16 +36,6 @@ from hf_elmo.command_line import parse_command
 from hf_elmo.configuration_elmo import CPU_MATMULS
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return converted_tiny_model(tmp_path_factory.mktemp("cli"))
-
-
-@pytest.fixture(scope="module")
-def model(model_dir) -> ElmoModel:
-    return ElmoModel.from_pretrained(model_dir).eval()
 
 
 def test_console_script_is_declared():

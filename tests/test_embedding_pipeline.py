@@ -19,7 +19,6 @@ import torch
 from utils import (
     FLOAT32_TOLERANCE,
     PROJECT_ROOT,
-    converted_tiny_model,
     read_hdf5,
     reference_layers,
     run_cli,
@@ -44,16 +43,6 @@ from hf_elmo.text_files import UndecodableLine
 
 ROOT = PROJECT_ROOT
 WORDS = "the a cat dog sat on mat quickly under over house river été".split()
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory) -> Path:
-    return converted_tiny_model(tmp_path_factory.mktemp("embedding"))
-
-
-@pytest.fixture(scope="module")
-def model(model_dir) -> ElmoModel:
-    return ElmoModel.from_pretrained(model_dir).eval()
 
 
 # -- the functions alone ----------------------------------------------------------------------------------------------
