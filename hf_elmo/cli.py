@@ -15,7 +15,7 @@ from transformers.utils import logging as transformers_logging
 
 from .command_line import parse_command
 from .configuration_elmo import CPU_MATMULS
-from .embedding_pipeline import EmbedSettings, JobProcess, embed_file, run_identity
+from .embedding_files import EmbedSettings, JobProcess, embed_file, run_identity
 from .errors import CommandError, ElmoConversionError, first_line
 from .loading import hub_unreachable, load_model_and_tokenizer
 from .modeling_elmo import (
@@ -276,12 +276,20 @@ def pretrain_command(argv: list[str]) -> int:
     return 0
 
 
+def quickstart_command(args) -> int:
+    from .quickstart import run
+
+    run()
+    return 0
+
+
 COMMANDS = {
     "embed": embed_command,
     "convert": convert_command,
     "export": export_command,
     "info": info_command,
     "pretrain": pretrain_command,
+    "quickstart": quickstart_command,
 }
 
 

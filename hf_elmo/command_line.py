@@ -13,6 +13,7 @@ pretrain` is the exception: its parser is transformers' `HfArgumentParser` over 
 """
 
 import argparse
+import importlib.util
 import json
 import math
 import sys
@@ -147,6 +148,16 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     )
     info.add_argument("model", help="model folder, bundled model (ko-nsmc) or Hub id")
 
+    commands.add_parser(
+        "quickstart",
+        prog=progs.get("quickstart"),
+        help="the Korean models shipped inside the package, offline: a homonym's senses by layer, then sentiment "
+        "(needs the korean extra)",
+        description="The unit 배 (belly, boat or pear) in six sentences: its cosine similarities at each layer of "
+        "the bundled biLM ko-nsmc and whether the best layer tells the senses apart; then reviews labelled by "
+        "ko-nsmc-sentiment. Offline; needs kiwipiepy (the korean extra).",
+    )
+
     # Parsed by hf_elmo.pretraining itself (see parse_command); listed here for `hf-elmo --help`.
     commands.add_parser(
         "pretrain", help="pre-train an ELMo biLM from scratch (hf-elmo pretrain --help)", add_help=False
@@ -160,7 +171,10 @@ def is_path_only(name: str) -> bool:
 
 
 def missing_path(args: argparse.Namespace) -> str | None:
-    """The one-line error for an input file or model path on the command line that does not exist, or None."""
+    """The one-line error for an input file, model path or package on the command line that does not exist, or
+    None."""
+    if args.command == "quickstart" and importlib.util.find_spec("kiwipiepy") is None:  # found, not imported
+        return 'the quickstart needs the korean extra (kiwipiepy, Korean morphemes): pip install "kiwipiepy>=0.21"'
     if args.command == "embed" and not Path(args.input).is_file():
         return f"no such input file: {args.input}"
     model = args.model_dir if args.command == "export" else getattr(args, "model", None)

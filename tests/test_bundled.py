@@ -5,6 +5,7 @@ import json
 import os
 import subprocess
 import sys
+import textwrap
 from pathlib import Path
 
 import h5py
@@ -262,21 +263,71 @@ def printed_similarity_tables(lines: list[str]) -> dict[int, np.ndarray]:
     return tables
 
 
-def test_quickstart_runs_offline_on_the_bundled_models():
+# `hf-elmo ARGV` by the console script's function (`hf_elmo_launcher.main`), in a process of its own.
+LAUNCHER = "import sys; from hf_elmo_launcher import main; sys.exit(main())"
+
+
+def run_launcher(argv: list[str], cwd: Path, script: str = LAUNCHER) -> subprocess.CompletedProcess:
+    """`hf-elmo ARGV` offline from `cwd`, this checkout first on the path (or the Python `script` given)."""
     environment = {
         **os.environ,
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
     }
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py")],
+    return subprocess.run(
+        [sys.executable, "-c", script, *argv],
         capture_output=True,
         text=True,
         env=environment,
         timeout=300,
-        cwd=ROOT,
+        cwd=cwd,
     )
+
+
+def test_quickstart_without_kiwipiepy_names_the_extra_at_once(tmp_path):
+    """Found, not imported: the line comes before torch is imported."""
+    hide_kiwipiepy = textwrap.dedent("""
+        import importlib.machinery
+        import sys
+
+        from hf_elmo_launcher import main
+
+        class HideKiwipiepy(importlib.machinery.PathFinder):
+            @classmethod
+            def find_spec(cls, name, path=None, target=None):
+                return None if name.split(".")[0] == "kiwipiepy" else super().find_spec(name, path, target)
+
+        sys.meta_path = [HideKiwipiepy if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+        code = main(["quickstart"])
+        print(code, "torch" in sys.modules, file=sys.stderr)
+    """)
+    result = run_launcher([], tmp_path, script=hide_kiwipiepy)
+    assert result.stderr.splitlines() == [
+        "hf-elmo: error: the quickstart needs the korean extra (kiwipiepy, Korean morphemes): pip install "
+        '"kiwipiepy>=0.21"',
+        "1 False",
+    ]
+    assert not list(tmp_path.iterdir())
+
+
+def test_quickstart_is_a_command_and_examples_quickstart_runs_it_under_its_name(tmp_path):
+    listed = run_launcher(["--help"], tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    assert any(line.split()[:1] == ["quickstart"] for line in listed.stdout.splitlines()), listed.stdout
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--help"],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=60,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.startswith("usage: quickstart.py [-h]")
+
+
+def test_quickstart_runs_offline_on_the_bundled_models(tmp_path):
+    result = run_launcher(["quickstart"], tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
     assert "cosine similarity, layer 0 (context-free character CNN):" in lines
