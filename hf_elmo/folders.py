@@ -6,6 +6,10 @@ their outputs through [`atomic_directory`]: into a staging folder beside the out
 renamed to NAME once complete. While it writes, the process holds an exclusive `flock` on its staging folder, so
 that a later write of NAME tells the staging folder of a killed writer (no lock: removed) from a live one's (kept).
 A write that fails, on a full disk or a read-only folder, is one line naming the cause.
+
+A run that writes an output over time (`hf-elmo embed`, `hf-elmo pretrain`, the example scripts) holds its
+[`OutputLock`] from before it looks at what the output holds until it is done: a second run on the same output is
+refused in one line while the first lives, instead of both writing it.
 """
 
 import contextlib
@@ -25,6 +29,8 @@ except ImportError:  # Windows: staging folders are not locked, and none is ever
 
 # What names a staging folder: `.NAME` + this + tempfile's random suffix.
 STAGING_MARK = ".incomplete-"
+# What names the lock file of a run's output: `.NAME` + this.
+LOCK_SUFFIX = ".lock"
 # The advice a failed write ends with, by errno.
 WRITE_ADVICE = {
     errno.ENOSPC: "free some space and run again",
@@ -73,6 +79,80 @@ def lock_folder(folder: Path) -> int | None:
         os.close(descriptor)
         return None
     return descriptor
+
+
+class OutputLock:
+    """
+    A run's hold on its output `path`: an exclusive `flock` on the file `.NAME.lock` beside it, which the system drops
+    when the process ends however it ends (a killed run's output is free at once), and which holds the holder's
+    process id for the message of a run refused. `release` removes the file; a lock file a killed run left is taken
+    and removed by the next run. Also a context manager that releases on exit.
+    """
+
+    def __init__(self, path: Path, lock_file: Path, descriptor: int):
+        self.path, self.lock_file, self.descriptor = path, lock_file, descriptor
+
+    def release(self):
+        """Removes the lock file, then drops the lock (in this order: a run that opened the file meanwhile finds it
+        gone once it has the lock, and takes a new one); once only."""
+        if self.descriptor is None:
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.lock_file)
+        os.close(self.descriptor)
+        self.descriptor = None
+
+    def __enter__(self) -> "OutputLock":
+        return self
+
+    def __exit__(self, *exc_info):
+        self.release()
+
+
+def lock_output(path: str | os.PathLike) -> OutputLock:
+    """
+    Takes the lock of a run that writes the output `path` (a folder or a file, with what the run keeps beside it:
+    `OUTPUT.parts/`, staging folders) for as long as the run lives. One line (`ElmoConversionError`) where another
+    live process holds it, naming that process; where the lock file cannot be written (a read-only folder); and where
+    the filesystem cannot lock files (some network filesystems): a run there would go unlocked, so it is refused.
+    """
+    path = Path(os.path.abspath(path))
+    lock_file = path.with_name(f".{path.name}{LOCK_SUFFIX}")
+    if fcntl is None:
+        raise ElmoConversionError(f"cannot lock {lock_file}: this system has no flock to keep two runs out of {path}")
+    while True:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+        except OSError as error:
+            raise write_error(path, error) from error
+        try:
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError as error:
+            holder = os.read(descriptor, 32).decode("ascii", "replace").strip()
+            os.close(descriptor)
+            raise ElmoConversionError(
+                f"another run{f' (process {holder})' if holder.isdigit() else ''} is writing {path}; wait for it to "
+                "end, or stop it first"
+            ) from error
+        except OSError as error:
+            os.close(descriptor)
+            raise ElmoConversionError(
+                f"cannot lock {lock_file}: {error.strerror or first_line(error)}; this filesystem cannot keep two "
+                f"runs out of {path}: write to a local filesystem"
+            ) from error
+        # The file may have been removed (its run released it) between opening and locking: lock the one in place.
+        try:
+            in_place = os.stat(lock_file).st_ino == os.fstat(descriptor).st_ino
+        except FileNotFoundError:
+            in_place = False
+        if in_place:
+            break
+        os.close(descriptor)
+    with contextlib.suppress(OSError):  # the process id is for messages alone; a full disk fails the run later
+        os.ftruncate(descriptor, 0)
+        os.write(descriptor, f"{os.getpid()}\n".encode())
+    return OutputLock(path, lock_file, descriptor)
 
 
 def remove_stale_staging(output_dir: Path):

@@ -40,7 +40,7 @@ from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .errors import CommandError, ElmoConversionError, first_line
-from .folders import apply_umask, atomic_directory, replace_folder
+from .folders import apply_umask, atomic_directory, lock_output, replace_folder
 from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
@@ -642,6 +642,24 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         check_nothing_overrides_the_model(data_args, model_args)
     check_text_files(data_args)
     folders = RunFolders.of(training_args.output_dir)
+    # One run at a time writes --output-dir, from before anything it holds is looked at: a second run is refused while
+    # the first lives (the other processes of one distributed run follow its first).
+    lock = contextlib.nullcontext()
+    if training_args.process_index == 0:
+        with reported_write_failures(folders.output):
+            lock = lock_output(folders.output)
+    with lock:
+        return train(argv, data_args, model_args, training_args, folders)
+
+
+def train(
+    argv: list[str],
+    data_args: DataArguments,
+    model_args: ModelArguments,
+    training_args: PretrainingArguments,
+    folders: RunFolders,
+) -> dict[str, float]:
+    """`main` once its arguments are checked and its output locked."""
     source = run_to_continue(folders, training_args, [*data_args.train_file, *data_args.validation_file])
     # Every process has checked the folders as they were before any of them writes.
     training_args.distributed_state.wait_for_everyone()

@@ -2,7 +2,10 @@
 killed writers removed, never a live writer's or a user's."""
 
 import errno
+import fcntl
 import os
+import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
@@ -10,7 +13,7 @@ import pytest
 
 from hf_elmo import folders
 from hf_elmo.errors import ElmoConversionError
-from hf_elmo.folders import STAGING_MARK, atomic_directory, lock_folder
+from hf_elmo.folders import STAGING_MARK, atomic_directory, lock_folder, lock_output
 
 
 def staging_folder(parent: Path, name: str) -> Path:
@@ -111,3 +114,85 @@ def test_a_replaced_folder_comes_back_when_its_replacement_cannot_take_its_place
             (staging / "config.json").write_text("{}")
     assert [path.name for path in tmp_path.iterdir()] == ["out"]
     assert (tmp_path / "out" / "mine.txt").read_text() == "the user's"
+
+
+def test_a_second_process_on_a_held_output_is_refused_in_one_line_until_the_first_ends(tmp_path):
+    """The lock of a run's output: another process holding it refuses this one, naming it; once that process is
+    killed (its lock file left behind), the output is free, and the lock file goes when this run releases it."""
+    output = tmp_path / "out"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLD_LOCK, str(output)], stdout=subprocess.PIPE, text=True, env=os.environ
+    )
+    try:
+        assert holder.stdout.readline() == "held\n"
+        with pytest.raises(ElmoConversionError) as raised:
+            lock_output(output)
+        assert str(raised.value) == (
+            f"another run (process {holder.pid}) is writing {output}; wait for it to end, or stop it first"
+        )
+    finally:
+        holder.kill()
+        holder.wait()
+    assert [path.name for path in tmp_path.iterdir()] == [".out.lock"]  # what a killed run leaves
+    with lock_output(output) as lock:
+        assert lock.lock_file.read_text() == f"{os.getpid()}\n"
+    assert list(tmp_path.iterdir()) == []
+
+
+# Holds the lock of sys.argv[1] until killed.
+HOLD_LOCK = """
+import sys, time
+from hf_elmo.folders import lock_output
+lock = lock_output(sys.argv[1])
+print("held", flush=True)
+time.sleep(600)
+"""
+
+
+def test_a_released_lock_file_is_never_held_by_two_runs(tmp_path):
+    """A run that opened the lock file just before its holder released (and removed) it locks the removed file: it
+    must take a new one, not run beside the next run that made the new file."""
+    output = tmp_path / "out"
+    first = lock_output(output)
+    opened = os.open(first.lock_file, os.O_RDWR)  # as a second run opens it, before it locks
+    first.release()
+    third = lock_output(output)
+    try:
+        fcntl.flock(opened, fcntl.LOCK_EX | fcntl.LOCK_NB)  # the removed file is free: it is not the lock in place
+        with pytest.raises(ElmoConversionError, match="is writing"):
+            lock_output(output)
+    finally:
+        os.close(opened)
+        third.release()
+
+
+@pytest.mark.parametrize(
+    "code, message",
+    [
+        (errno.ENOLCK, "No locks available"),
+        (errno.EOPNOTSUPP, "Operation not supported"),
+    ],
+)
+def test_a_filesystem_that_cannot_lock_refuses_the_run_in_one_line(tmp_path, monkeypatch, code, message):
+    def cannot_lock(*args):
+        raise OSError(code, os.strerror(code))
+
+    monkeypatch.setattr(folders.fcntl, "flock", cannot_lock)
+    with pytest.raises(ElmoConversionError) as raised:
+        lock_output(tmp_path / "out")
+    assert str(raised.value) == (
+        f"cannot lock {tmp_path / '.out.lock'}: {message}; this filesystem cannot keep two runs out of "
+        f"{tmp_path / 'out'}: write to a local filesystem"
+    )
+
+
+def test_a_lock_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
+    def read_only(*args, **kwargs):
+        raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+
+    monkeypatch.setattr(folders.os, "open", read_only)
+    with pytest.raises(ElmoConversionError) as raised:
+        lock_output(tmp_path / "out")
+    assert str(raised.value) == (
+        f"cannot write {tmp_path / 'out'}: Read-only file system; write to a folder on a writable filesystem"
+    )

@@ -25,6 +25,7 @@ from hf_elmo import (
     kernels_elmo,
     modeling_elmo,
 )
+from hf_elmo.folders import lock_output
 from hf_elmo.modeling_elmo import ElmoForPreTraining
 from hf_elmo.pretraining import (
     NEGATIVE_SAMPLES,
@@ -729,6 +730,28 @@ def test_an_output_folder_that_holds_anything_is_refused_in_one_line(tmp_path, c
     assert folder_files(output) == {**before, "train.txt": b"w0 w3 w6\n"}
     assert sorted(path.name for path in tmp_path.iterdir()) == ["model", "model.parts", "train.txt", "valid.txt"]
     assert sorted(folder_files(parts)) == ["word_vocab.json"] and (parts / "checkpoint-2").is_dir()
+
+
+def test_a_second_run_on_the_same_output_is_refused_while_the_first_lives(tmp_path, capsys):
+    """
+    Two runs in one folder would both train and write it (one finished without its word counts): while the lock of
+    the output is held (here by this process, as another run's process holds it: `test_folders` has the second
+    process), a run is refused in one line, exit status 1, before it looks at the folder, and writes nothing. A
+    stopped run's `OUTPUT.parts/` is then never one a live run works in.
+    """
+    output, parts = tmp_path / "model", tmp_path / "model.parts"
+    (parts / "checkpoint-2").mkdir(parents=True)
+    (parts / "word_vocab.json").write_text("{}", encoding="utf-8")
+    with lock_output(output):
+        for extra in ([], ["--resume"]):
+            code, err = command(short_run(tmp_path, output, *extra), capsys)
+            assert (code, err) == (
+                1,
+                f"hf-elmo: error: another run (process {os.getpid()}) is writing {output}; wait for it to end, or "
+                "stop it first\n",
+            )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["model.parts", "train.txt", "valid.txt"]
+    assert sorted(folder_files(parts)) == ["word_vocab.json"]
 
 
 def test_overwrite_output_dir_leaves_nothing_stale(tmp_path, capsys):
