@@ -27,7 +27,7 @@ def main():
     stats, total = profile.stats, profile.total_tt
     loading = cumulative(stats, "hf_elmo/cli.py", "load_bilm")
     tokenizing = cumulative(stats, "hf_elmo/tokenization_elmo.py", "__call__")
-    pipeline = "hf_elmo/embedding_pipeline.py"
+    pipeline = "hf_elmo/embedding_files.py"
     model = cumulative(stats, pipeline, "embed_batch") + cumulative(stats, pipeline, "embed_long") - tokenizing
     writing = sum(cumulative(stats, pipeline, name) for name in ("select_layers", "write", "commit", "finish"))
     parts = {

@@ -1,4 +1,4 @@
-"""The embedding pipeline of `hf-elmo embed` (`hf_elmo.embedding_pipeline`): its functions called alone on a tiny
+"""The `hf-elmo embed` job (`hf_elmo.embedding_files`): its functions called alone on a tiny
 model, and runs of the command that stop, fail, resume and split the input between processes (`torchrun`)."""
 
 import errno
@@ -25,9 +25,9 @@ from utils import (
     tiny_config,
 )
 
-from hf_elmo import ElmoModel, ElmoTokenizer, embedding_pipeline
+from hf_elmo import ElmoModel, ElmoTokenizer, embedding_files
 from hf_elmo.cli import main
-from hf_elmo.embedding_pipeline import (
+from hf_elmo.embedding_files import (
     DeferredStop,
     EmbedSettings,
     JobProcess,
@@ -374,7 +374,7 @@ def stop_on_a_full_disk(model_dir: Path, folder: Path, monkeypatch, capsys) -> s
         return handle
 
     with monkeypatch.context() as patch:
-        patch.setattr(embedding_pipeline, "open", filling_open, raising=False)
+        patch.setattr(embedding_files, "open", filling_open, raising=False)
         capsys.readouterr()
         argv = ["embed", model_dir, folder / "in.txt", folder / "npy", "--top", "--format", "npy", "--batch-size", "1"]
         assert main(list(map(str, argv))) == 1

@@ -1,4 +1,4 @@
-"""The embedding pipeline of `hf-elmo embed`: input lines to per-line vectors in HDF5 or `.npy` files.
+"""The `hf-elmo embed` job: input lines to per-line vectors in HDF5 or `.npy` files.
 
 `embed_file` runs it: each process of the job (`JobProcess`) embeds its shard of the input, a length-sorted batch at
 a time (`batch_lines`, `embed_batch`, `embed_long`, `select_layers`), into `OUTPUT.parts/` (`Hdf5Output`,
