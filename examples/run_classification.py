@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         is_classifier = "ElmoForSequenceClassification" in (saved_config.architectures or [])
         labels = label_names(raw, run.data_args, saved_config if is_classifier else None)
         softmax_rows = settle_word_vectors(run.model_args, run.model_name, run.overrides)
-    with output_written_whole(run.training_args):
+    with output_written_whole(run.training_args, run.output_lock):
         return fine_tune(
             run.model_args, run.data_args, run.training_args, run.model_name, raw, labels, run.overrides, softmax_rows
         )

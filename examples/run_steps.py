@@ -24,8 +24,8 @@ from datasets.exceptions import DatasetGenerationError
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_elmo.configuration_elmo import ElmoConfig, field_rule
-from hf_elmo.errors import first_line
-from hf_elmo.folders import apply_umask, replace_folder
+from hf_elmo.errors import ElmoConversionError, first_line
+from hf_elmo.folders import OutputLock, apply_umask, lock_output, replace_folder
 from hf_elmo.loading import load_model_and_tokenizer, resolve_model_name
 
 TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
@@ -77,6 +77,9 @@ class ExampleRun(NamedTuple):
     training_args: TrainingArguments
     model_name: str  # what `from_pretrained` loads for --model_name_or_path
     overrides: dict  # the head options given: config fields and their values
+    # The first process's hold on --output_dir, from before it was checked until `output_written_whole` has written
+    # it; None in the other processes of a distributed run.
+    output_lock: OutputLock | None
 
 
 @contextlib.contextmanager
@@ -85,8 +88,9 @@ def checked_run(argument_types: tuple, argv: list[str] | None, head_options: tup
     Parses `argv` into `argument_types` (the script's model and data arguments), `OutputArguments` and
     `TrainingArguments`, and checks what every example checks before a model loads: the steps and their files, the
     head options given (the model arguments named in `head_options`, config fields), the model's name and the output
-    folder. The block checks the rest of its data; a `UsageError` raised here or in the block ends the script in one
-    line, exit status 2. After the block: pinned memory only for a GPU, and the seed set.
+    folder, once its lock is held (`folders.lock_output`: another run writing it ends this one in one line, exit
+    status 1). The block checks the rest of its data; a `UsageError` raised here or in the block ends the script in
+    one line, exit status 2, and drops the lock. After the block: pinned memory only for a GPU, and the seed set.
     """
     parser = ExampleArgumentParser((*argument_types, OutputArguments, TrainingArguments))
     model_args, data_args, output_args, training_args = parser.parse(argv)
@@ -101,8 +105,14 @@ def checked_run(argument_types: tuple, argv: list[str] | None, head_options: tup
         overrides = {name: getattr(model_args, name) for name in head_options if getattr(model_args, name) is not None}
         check_head_options(overrides)
         model_name = model_to_load(model_args.model_name_or_path)
-        check_output_dir(training_args, output_args.overwrite_output_dir, model_name)
-        yield ExampleRun(model_args, data_args, training_args, model_name, overrides)
+        output_lock = lock_output_dir(training_args)
+        try:
+            check_output_dir(training_args, output_args.overwrite_output_dir, model_name)
+            yield ExampleRun(model_args, data_args, training_args, model_name, overrides, output_lock)
+        except BaseException:
+            if output_lock is not None:
+                output_lock.release()
+            raise
     pin_memory_only_for_a_gpu(training_args)
     set_seed(training_args.seed)
 
@@ -198,6 +208,17 @@ def load_model(name: str, model_class, **from_pretrained_kwargs):
         sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")
 
 
+def lock_output_dir(training_args: TrainingArguments) -> OutputLock | None:
+    """The lock of `--output_dir` (`folders.lock_output`), taken by the first process of the run; where another run
+    holds it, or it cannot be taken, the script ends with one line."""
+    if training_args.process_index != 0:
+        return None
+    try:
+        return lock_output(Path(training_args.output_dir).resolve())
+    except ElmoConversionError as error:
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")
+
+
 def check_output_dir(training_args: TrainingArguments, overwrite: bool, model_name: str) -> None:
     """
     `--output_dir` is a folder to write: absent or empty, or, with `overwrite` (`--overwrite_output_dir`), a folder
@@ -217,11 +238,12 @@ def check_output_dir(training_args: TrainingArguments, overwrite: bool, model_na
 
 
 @contextlib.contextmanager
-def output_written_whole(training_args: TrainingArguments) -> Iterator[Path]:
+def output_written_whole(training_args: TrainingArguments, output_lock: OutputLock | None) -> Iterator[Path]:
     """
     Points `training_args.output_dir` at a staging folder beside it (`.NAME.partial`) while the block runs; when it
     ends without error, the staging folder becomes the output folder, replacing any there. On any error it is removed
-    and the output folder is left as it was.
+    and the output folder is left as it was. Then `output_lock`, the run's hold on the output folder (`ExampleRun`),
+    is released.
 
     Every process of a distributed run writes into the same staging folder: its name is fixed, so that the processes
     agree on it without talking, and one left by a stopped run is removed by the next.
@@ -246,6 +268,8 @@ def output_written_whole(training_args: TrainingArguments) -> Iterator[Path]:
         training_args.output_dir = given
         if training_args.should_save:
             shutil.rmtree(staging, ignore_errors=True)
+        if output_lock is not None:
+            output_lock.release()
 
 
 def pin_memory_only_for_a_gpu(training_args: TrainingArguments) -> None:

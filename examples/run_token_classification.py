@@ -200,7 +200,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
         is_tagger = "ElmoForTokenClassification" in (saved_config.architectures or [])
         tags = tag_names(raw, saved_config if is_tagger else None)
         check_crf(run.overrides, saved_config, tags)
-    with output_written_whole(run.training_args):
+    with output_written_whole(run.training_args, run.output_lock):
         return fine_tune(run.model_args, run.data_args, run.training_args, run.model_name, raw, tags, run.overrides)
 
 

@@ -18,6 +18,7 @@ from utils import FLOAT32_TOLERANCE, tiny_config, word_vocab_tokenizer, write_or
 
 from hf_elmo import ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from hf_elmo.folder_layout import SIF_A
+from hf_elmo.folders import lock_output
 from hf_elmo.loading import read_weights
 from hf_elmo.modeling_elmo import word_vectors_from_softmax
 
@@ -439,7 +440,7 @@ def test_the_output_folder_appears_complete_or_not_at_all(tmp_path):
     before = snapshot(output_dir)
     args = TrainingArguments(output_dir=str(output_dir), use_cpu=True, report_to="none")
     with pytest.raises(RuntimeError, match="killed"):
-        with run_steps.output_written_whole(args) as staging:
+        with run_steps.output_written_whole(args, lock_output(output_dir)) as staging:
             assert args.output_dir == str(staging) and staging.parent == tmp_path
             (staging / "model.safetensors").write_bytes(b"half a model")
             raise RuntimeError("killed")
@@ -448,11 +449,34 @@ def test_the_output_folder_appears_complete_or_not_at_all(tmp_path):
 
     (tmp_path / ".out.partial").mkdir()  # left by a run killed with SIGKILL
     (tmp_path / ".out.partial" / "checkpoint-5").mkdir()
-    with run_steps.output_written_whole(args) as staging:
+    with run_steps.output_written_whole(args, lock_output(output_dir)) as staging:
         assert list(staging.iterdir()) == []
         (staging / "all_results.json").write_text("{}")
     assert snapshot(output_dir) == {"all_results.json": b"{}"}
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
+
+
+@pytest.mark.parametrize("script", ["run_classification.py", "run_token_classification.py"])
+def test_a_second_run_into_an_output_folder_being_written_is_refused_in_one_line(
+    base_model, tmp_path, in_process, no_model_loads, capsys, script
+):
+    """A run started while another writes the same --output_dir (here this process holds its lock, as the first
+    run's process would) would remove the first's staging folder and checkpoints: it ends in one line, exit status 1,
+    before any model loads, touching nothing."""
+    data = tmp_path / "train.csv"
+    write_sentences(data, 8, seed=0)  # read once the output folder is settled
+    output_dir = tmp_path / "out"
+    (tmp_path / ".out.partial" / "checkpoint-40").mkdir(parents=True)  # the first run's
+    arguments = ["--model_name_or_path", base_model, "--train_file", data, "--do_train", "--output_dir", output_dir]
+    with lock_output(output_dir):
+        code, stderr = in_process(script, arguments, capsys)
+        # sys.exit(message): Python prints the message and exits with status 1.
+        assert code == (
+            f"{script}: error: another run (process {os.getpid()}) is writing {output_dir}; wait for it to end, or "
+            "stop it first"
+        )
+    assert sorted(path.name for path in tmp_path.iterdir()) == [".out.partial", "train.csv"]
+    assert (tmp_path / ".out.partial" / "checkpoint-40").is_dir()
 
 
 def usage_mistakes(tmp_path: Path, base_model: Path) -> dict[str, tuple[str, list, str]]:
