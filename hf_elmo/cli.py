@@ -279,7 +279,7 @@ def pretrain_command(argv: list[str]) -> int:
 def quickstart_command(args) -> int:
     from .quickstart import run
 
-    run()
+    run(args.plot)
     return 0
 
 

@@ -148,15 +148,25 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     )
     info.add_argument("model", help="model folder, bundled model (ko-nsmc) or Hub id")
 
-    commands.add_parser(
+    quickstart = commands.add_parser(
         "quickstart",
         prog=progs.get("quickstart"),
         help="the Korean models shipped inside the package, offline: a homonym's senses by layer, then sentiment "
         "(needs the korean extra)",
         description="The unit 배 (belly, boat or pear) in six sentences: its cosine similarities at each layer of "
         "the bundled biLM ko-nsmc and whether the best layer tells the senses apart; then reviews labelled by "
-        "ko-nsmc-sentiment. Offline; needs kiwipiepy (the korean extra).",
+        "ko-nsmc-sentiment. Offline; needs kiwipiepy (the korean extra). With matplotlib (the plot extra) it also "
+        "draws the similarities, a heatmap per layer, into a PNG.",
     )
+    # The working directory by default, never the installed package, which may be read-only.
+    pictures = quickstart.add_mutually_exclusive_group()
+    pictures.add_argument(
+        "--plot",
+        metavar="PNG",
+        default="quickstart-bae.png",
+        help="where the picture goes (default quickstart-bae.png, in the working directory)",
+    )
+    pictures.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="draw no picture")
 
     # Parsed by hf_elmo.pretraining itself (see parse_command); listed here for `hf-elmo --help`.
     commands.add_parser(
@@ -175,6 +185,8 @@ def missing_path(args: argparse.Namespace) -> str | None:
     None."""
     if args.command == "quickstart" and importlib.util.find_spec("kiwipiepy") is None:  # found, not imported
         return 'the quickstart needs the korean extra (kiwipiepy, Korean morphemes): pip install "kiwipiepy>=0.21"'
+    if args.command == "quickstart" and args.plot is not None and not Path(args.plot).parent.is_dir():
+        return f"no such folder for --plot: {Path(args.plot).parent}"
     if args.command == "embed" and not Path(args.input).is_file():
         return f"no such input file: {args.input}"
     model = args.model_dir if args.command == "export" else getattr(args, "model", None)

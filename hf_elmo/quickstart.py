@@ -7,8 +7,11 @@ but the context tells the senses apart; ko-nsmc's units are morphemes, and the v
 배 itself (not of its particle 가). Layer 0 (the character CNN) reads a unit alone and gives 배 one vector
 everywhere; the LSTM layers read the sentence. `run` prints each layer's cosines, then says in one sentence whether,
 at the layer that separates the senses best, each sense's pair is nearer than any pair across senses, and where it
-is not.
+is not; with matplotlib (the `plot` extra) it also draws the tables, one heatmap per layer, into a PNG.
 """
+
+import os
+from pathlib import Path
 
 import torch
 from transformers import pipeline
@@ -19,6 +22,8 @@ from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
 
 HOMONYM = "배"
+# The homonym as the picture names it: the Hangul of `HOMONYM` would need a font with Hangul, which many machines lack.
+HOMONYM_ROMANISED = "bae"
 # Written for this demo before it was run on any model, and never changed to suit one.
 SENTENCES = [
     ("아침을 굶었더니 배가 너무 고프다", "belly"),
@@ -77,8 +82,9 @@ def print_similarities(similarities: torch.Tensor, tokenizer: ElmoTokenizer) -> 
             )
 
 
-def verdict(similarities: torch.Tensor) -> tuple[int, str]:
-    """At the LSTM layer that separates the senses best: its number and the verdict in one sentence."""
+def verdict(similarities: torch.Tensor) -> tuple[int, str, str]:
+    """At the LSTM layer that separates the senses best: its number, the verdict in one sentence, and the verdict in
+    the few words of a picture's title (senses, not the Hangul of the sentences)."""
     senses = [sense for _, sense in SENTENCES]
     margins = [separation(similarity, senses) for similarity in similarities[1:]]
     best = 1 + max(range(len(margins)), key=lambda index: margins[index][0])
@@ -95,17 +101,68 @@ def verdict(similarities: torch.Tensor) -> tuple[int, str]:
             f"There each sense's pair is nearer than any pair across senses (by {margin:.3f}): the model tells these "
             f"senses apart in these sentences. Boat and pear come as close as {boat_pear:.3f}."
         )
-        return best, sentence
+        title = f"layer {best} tells the senses apart: each sense's pair is nearer than any other (by {margin:.3f})"
+        return best, sentence, title
     sentence = (
         f"Even there it does not tell the senses apart: [{across[0]}] {senses[across[0]]} and [{across[1]}] "
         f"{senses[across[1]]} ({similarity[across]:.3f}) are nearer than [{same[0]}] and [{same[1]}], both "
         f"{senses[same[0]]} ({similarity[same]:.3f}). Boat and pear come as close as {boat_pear:.3f}."
     )
-    return best, sentence
+    title = (
+        f"senses not told apart, even at layer {best} (the best): [{across[0]}] {senses[across[0]]} and "
+        f"[{across[1]}] {senses[across[1]]} {similarity[across]:.3f} > [{same[0]}] and [{same[1]}], both "
+        f"{senses[same[0]]}, {similarity[same]:.3f}"
+    )
+    return best, sentence, title
 
 
-def run() -> None:
-    """The quickstart: the homonym's tables and verdict, then the reviews."""
+def similarity_figure(similarities: torch.Tensor, title: str):
+    """A matplotlib `Figure` of `similarities` `(layers, sentences, sentences)`: one heatmap a layer, each sentence
+    labelled `[i] sense`, every cosine written in its cell, one colour scale for the LSTM layers, `title` above."""
+    from matplotlib.figure import Figure  # the plot extra; without pyplot, no backend or window is involved
+
+    labels = [f"[{index}] {sense}" for index, (_, sense) in enumerate(SENTENCES)]
+    # Layer 0 is 1 everywhere: the scale spans the contextual layers, where the differences are.
+    low = float(similarities[1:].min()) if len(similarities) > 1 else float(similarities.min())
+    figure = Figure(figsize=(4.4 * len(similarities) + 1, 5.0), layout="constrained")
+    panels = figure.subplots(1, len(similarities))
+    for number, (panel, similarity) in enumerate(zip(panels, similarities)):
+        image = panel.imshow(similarity.numpy(), cmap="viridis", vmin=low, vmax=1.0)
+        kind = "character CNN, context-free" if number == 0 else "LSTM, contextual"
+        panel.set_title(f"layer {number} ({kind})", fontsize=11)
+        panel.set_xticks(range(len(labels)), labels, rotation=45, ha="right", fontsize=9)
+        panel.set_yticks(range(len(labels)), labels, fontsize=9)
+        for i, row in enumerate(similarity.tolist()):
+            for j, value in enumerate(row):
+                # Dark text on the light (high) end of viridis, light text on the dark end.
+                color = "black" if value > low + 0.6 * (1.0 - low) else "white"
+                panel.text(j, i, f"{value:.2f}", ha="center", va="center", fontsize=8, color=color)
+    figure.colorbar(image, ax=panels, shrink=0.8, label="cosine similarity")
+    figure.suptitle(
+        f"The unit {HOMONYM_ROMANISED} (belly, boat or pear) in six sentences, by ko-nsmc\n{title}", fontsize=12
+    )
+    return figure
+
+
+def write_plot(similarities: torch.Tensor, title: str, path: Path) -> bool:
+    """Writes `similarity_figure` to the PNG `path` whole (a temporary file beside it, renamed); False, having
+    written nothing, where matplotlib is not installed."""
+    try:
+        figure = similarity_figure(similarities, title)
+    except ImportError:
+        return False
+    partial = path.with_name(f".{path.name}.incomplete")
+    try:
+        figure.savefig(partial, format="png", dpi=100)
+        os.replace(partial, path)
+    finally:
+        partial.unlink(missing_ok=True)
+    return True
+
+
+def run(plot: str | os.PathLike | None = None) -> None:
+    """The quickstart: the homonym's tables and verdict, the picture at the PNG `plot` (None: none; `hf-elmo
+    quickstart` gives quickstart-bae.png in the working directory), then the reviews."""
     logging.disable_progress_bar()
     tokenizer = ElmoTokenizer.from_pretrained(bundled_model_path("ko-nsmc"))
     model = ElmoModel.from_pretrained(bundled_model_path("ko-nsmc")).eval()
@@ -113,10 +170,15 @@ def run() -> None:
     similarities = vectors @ vectors.transpose(1, 2)  # (layers, sentences, sentences)
     print(f"ko-nsmc: {len(vectors)} layers of {vectors.shape[-1]} dimensions over morphemes")
     print_similarities(similarities, tokenizer)
-    best, sentence = verdict(similarities)
+    best, sentence, title = verdict(similarities)
     print(f"\nThe layer that separates the senses best here is layer {best}.")
     print(sentence)
     print("(layer 0 gives the unit 배 one vector in every sentence: every cosine there is 1.000)")
+    if plot is not None:
+        if write_plot(similarities, title, Path(plot)):
+            print(f"\nwrote these tables as a picture, a heatmap per layer: {plot}")
+        else:
+            print(f'\nfor these tables as a picture ({plot}), install matplotlib: pip install "matplotlib>=3.7"')
 
     classifier = pipeline("text-classification", model=bundled_model_path("ko-nsmc-sentiment"))
     print("\nko-nsmc-sentiment:")

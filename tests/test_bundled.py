@@ -16,7 +16,14 @@ from transformers import AutoModel, AutoModelForSequenceClassification, AutoToke
 from utils import FLOAT32_TOLERANCE, load_without_hf_elmo
 
 import hf_elmo
-from hf_elmo import BUNDLED_MODELS, ElmoForSequenceClassification, ElmoModel, ElmoTokenizer, bundled_model_path
+from hf_elmo import (
+    BUNDLED_MODELS,
+    ElmoForSequenceClassification,
+    ElmoModel,
+    ElmoTokenizer,
+    bundled_model_path,
+    quickstart,
+)
 from hf_elmo.cli import main as cli_main
 from hf_elmo.loading import resolve_model_name
 from hf_elmo.onnx_elmo import load_for_export
@@ -326,10 +333,22 @@ def test_quickstart_is_a_command_and_examples_quickstart_runs_it_under_its_name(
     assert result.stdout.startswith("usage: quickstart.py [-h]")
 
 
+def png_size(path: Path) -> tuple[int, int]:
+    """The width and height of the PNG `path`, from its header (a file that is not a PNG fails here)."""
+    header = path.read_bytes()[:24]
+    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR", path
+    return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
+
+
 def test_quickstart_runs_offline_on_the_bundled_models(tmp_path):
     result = run_launcher(["quickstart"], tmp_path)
     assert result.returncode == 0, result.stderr
     lines = result.stdout.splitlines()
+    # The picture, in the working directory: a PNG wider than tall (a heatmap per layer, side by side), nothing else.
+    assert "wrote these tables as a picture, a heatmap per layer: quickstart-bae.png" in lines
+    assert [path.name for path in tmp_path.iterdir()] == ["quickstart-bae.png"]
+    width, height = png_size(tmp_path / "quickstart-bae.png")
+    assert width > 2 * height > 0
     assert "cosine similarity, layer 0 (context-free character CNN):" in lines
     tables = printed_similarity_tables(lines)
     # Layer 0 reads the unit alone: 배 gets one vector in all six sentences.
@@ -352,3 +371,35 @@ def test_quickstart_runs_offline_on_the_bundled_models(tmp_path):
     assert verdict.startswith("There each sense's pair is nearer" if margins[best] > 0 else "Even there it does not")
     for review, label in REVIEWS.items():
         assert any(line.split()[:1] == [label] and line.endswith(review) for line in lines), review
+
+
+def test_quickstart_picture_has_a_heatmap_per_layer_labelled_by_sense(bilm, tokenizer):
+    pytest.importorskip("matplotlib", reason="the picture needs the plot extra")
+    vectors = torch.nn.functional.normalize(quickstart.homonym_vectors(bilm, tokenizer), dim=-1)
+    similarities = vectors @ vectors.transpose(1, 2)
+    _, _, title = quickstart.verdict(similarities)
+    figure = quickstart.similarity_figure(similarities, title)
+    heatmaps = [axes for axes in figure.axes if axes.images]
+    assert len(heatmaps) == bilm.config.n_layers + 1
+    labels = [f"[{index}] {sense}" for index, (_, sense) in enumerate(quickstart.SENTENCES)]
+    for number, axes in enumerate(heatmaps):
+        np.testing.assert_array_equal(axes.images[0].get_array(), similarities[number].numpy())
+        assert [label.get_text() for label in axes.get_xticklabels()] == labels
+        assert [label.get_text() for label in axes.get_yticklabels()] == labels
+        assert axes.get_title().startswith(f"layer {number} ")
+    assert figure.get_suptitle().endswith(f"\n{title}")
+    # No Hangul in the picture: a machine without a Hangul font would draw boxes.
+    texts = [figure.get_suptitle(), *(text.get_text() for axes in figure.axes for text in axes.texts)]
+    assert not any("\uac00" <= character <= "\ud7a3" for text in texts for character in text)
+
+
+def test_quickstart_without_matplotlib_prints_the_tables_and_how_to_get_the_picture(tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # `from matplotlib.figure import ...` fails
+    quickstart.run(tmp_path / "picture.png")
+    lines = capsys.readouterr().out.splitlines()
+    assert sorted(printed_similarity_tables(lines)) == list(range(3))
+    assert (
+        f"for these tables as a picture ({tmp_path / 'picture.png'}), install matplotlib: pip install "
+        in "\n".join(lines)
+    )
+    assert not list(tmp_path.iterdir())
