@@ -28,6 +28,10 @@ CPU_MATMULS = ("auto", "int8")
 # The label schemes that `crf_constraint` may name (see `crf_elmo.allowed_transitions`), and the prefixes of their
 # labels besides "O".
 LABEL_SCHEMES = {"BIO": ("B", "I"), "BIOES": ("B", "I", "E", "S")}
+# What runs once, when the first ElmoConfig is made: `hf_elmo/__init__.py` puts the registration of the model classes
+# with the Auto classes here, which imports torch, so that importing this file does not (a saved folder's copy holds
+# nothing here).
+ON_FIRST_CONFIG: list[Callable[[], None]] = []
 
 logger = logging.get_logger(__name__)
 
@@ -231,6 +235,9 @@ class ElmoConfig(PreTrainedConfig):
     `save_pretrained` writes them (through transformers' `validate`). Each refusal is a one-line `ValueError` naming
     the field. A key that is neither a field nor one transformers writes or reads is kept as a plain attribute,
     unused, and named in one warning (with the field it is closest to, when one is).
+
+    Not transformers' `@strict`: its refusals are two-line errors that are not `ValueError`s, and it cannot store a
+    converted value (a numpy int as an int, a tuple of filters as lists).
     """
 
     model_type = "elmo"
@@ -289,6 +296,8 @@ class ElmoConfig(PreTrainedConfig):
         warn_about_unknown_keys(kwargs)
         super().__post_init__(**kwargs)  # `num_hidden_layers` too, as `n_layers`
         self.validate()
+        while ON_FIRST_CONFIG:
+            ON_FIRST_CONFIG.pop()()
 
     def __setattr__(self, key, value):
         # Every field's rule, whenever it is set: `from_pretrained(..., n_layers=...)` sets fields after `__init__`.
@@ -315,6 +324,10 @@ class ElmoConfig(PreTrainedConfig):
             raise ValueError(
                 "word_vector_dim (above 0) and word_vector_vocab_size go together (a head's word vectors)"
             )
+        if self.crf_constraint is not None and not self.use_crf:
+            raise ValueError(f"crf_constraint={self.crf_constraint!r} constrains the CRF: set use_crf=True too")
+        if "ElmoForPreTraining" in (self.architectures or []) and self.word_vocab_size is None:
+            raise ValueError("ElmoForPreTraining needs word_vocab_size (the words of its softmax)")
         CharacterAlphabet.from_config(self)  # checks the markers against the size
 
     def validate(self):
@@ -322,6 +335,16 @@ class ElmoConfig(PreTrainedConfig):
         `save_pretrained` runs, calls only the validators of its class)."""
         super().validate()
         self.validate_architecture()
+
+    @classmethod
+    def from_dict(cls, config_dict: dict, **kwargs):
+        """
+        As transformers' `from_dict`, which sets its keyword arguments after `__init__` checked the fields together:
+        checked together again, so that `from_pretrained(folder, word_vector_dim=8)` fails where the config is read.
+        """
+        loaded = super().from_dict(config_dict, **kwargs)
+        (loaded[0] if isinstance(loaded, tuple) else loaded).validate_architecture()
+        return loaded
 
     def to_dict(self) -> dict:
         """As transformers' `to_dict` (which `save_pretrained` and `to_json_string` write), without the machine

@@ -906,8 +906,6 @@ class ElmoHeadModel(ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        # `from_pretrained(folder, word_vector_dim=...)` sets each field after the config checked them together.
-        config.validate_architecture()
         self.num_labels = config.num_labels
         self.elmo = ElmoModel(config)
         self.task_encoder = ElmoTaskEncoder(config)
@@ -1111,8 +1109,6 @@ class ElmoForTokenClassification(ElmoHeadModel):
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         self.classifier = nn.Linear(self.task_encoder.output_dim, config.num_labels)
-        if config.crf_constraint is not None and not config.use_crf:
-            raise ValueError(f"crf_constraint={config.crf_constraint!r} constrains the CRF: set use_crf=True too")
         self.crf = None
         if config.use_crf:
             allowed = allowed_transitions(config.crf_constraint, config.id2label) if config.crf_constraint else None
@@ -1403,11 +1399,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
-        vocab_size = config.word_vocab_size
-        if not isinstance(vocab_size, int) or vocab_size < 2:
-            raise ValueError(f"ElmoForPreTraining needs config.word_vocab_size (an int >= 2), got {vocab_size!r}")
+        if config.word_vocab_size is None:  # the config checks it where its `architectures` name this class
+            raise ValueError("ElmoForPreTraining needs config.word_vocab_size (the words of its softmax)")
         self.elmo = ElmoModel(config)
-        self.softmax = ElmoWordSoftmax(config.projection_dim, vocab_size)
+        self.softmax = ElmoWordSoftmax(config.projection_dim, config.word_vocab_size)
         self.output_dropout = nn.Dropout(config.lstm_dropout)
         self.post_init()
 

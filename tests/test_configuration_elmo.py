@@ -2,6 +2,8 @@ import dataclasses
 import json
 import logging
 import re
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -231,3 +233,59 @@ def test_the_keys_transformers_writes_and_reads_are_no_unknown_keys(tmp_path, ca
         ElmoConfig.from_pretrained(tmp_path, num_labels=3, num_hidden_layers=3)
         AutoConfig.from_pretrained(tmp_path, dtype="float32")
     assert not caplog.records
+
+
+def test_checks_across_fields_refuse_a_config_where_it_is_read(tmp_path):
+    """What a model's constructor would refuse is refused by the config: made, or read with fields set after it."""
+    with pytest.raises(ValueError, match="^crf_constraint='BIO' constrains the CRF: set use_crf=True too$"):
+        ElmoConfig(crf_constraint="BIO")
+    with pytest.raises(ValueError, match=r"^ElmoForPreTraining needs word_vocab_size \(the words of its softmax\)$"):
+        ElmoConfig(architectures=["ElmoForPreTraining"])
+    ElmoConfig(use_crf=True).save_pretrained(tmp_path)
+    with pytest.raises(ValueError, match="^crf_constraint='BIO' constrains the CRF: set use_crf=True too$"):
+        ElmoConfig.from_pretrained(tmp_path, use_crf=False, crf_constraint="BIO")
+    with pytest.raises(ValueError, match=r"^word_vector_dim \(above 0\) and word_vector_vocab_size go together"):
+        AutoConfig.from_pretrained(tmp_path, word_vector_dim=8)
+    config, unused = ElmoConfig.from_pretrained(tmp_path, return_unused_kwargs=True, colour="red")
+    assert config.use_crf and unused == {"colour": "red"}
+
+
+WITHOUT_TORCH = """
+import json, sys
+sys.modules["torch"] = None  # `import torch` raises ImportError, as where torch is not installed
+try:
+    import torch
+except ImportError:
+    pass
+else:
+    raise SystemExit("torch imported")
+from hf_elmo.configuration_elmo import ElmoConfig
+config = ElmoConfig.from_pretrained(sys.argv[1])
+config.validate()
+try:
+    ElmoConfig.from_pretrained(sys.argv[2])
+except ValueError as error:
+    refused = str(error)
+print(json.dumps({"n_layers": config.n_layers, "hidden_size": config.hidden_size, "refused": refused}))
+"""
+
+
+def test_the_config_is_read_and_checked_where_torch_cannot_be_imported(tmp_path):
+    """`import hf_elmo.configuration_elmo` needs no torch (the package's names are read lazily): a config.json is
+    read and checked, and a bad one refused with its one-line reason, in a Python where `import torch` fails."""
+    tiny_config(n_layers=3).save_pretrained(tmp_path / "good")
+    (tmp_path / "bad").mkdir()
+    saved = json.loads((tmp_path / "good" / "config.json").read_text())
+    (tmp_path / "bad" / "config.json").write_text(json.dumps({**saved, "mix_weights": [0.5, 0.5]}))
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_TORCH, str(tmp_path / "good"), str(tmp_path / "bad")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert json.loads(result.stdout.splitlines()[-1]) == {
+        "n_layers": 3,
+        "hidden_size": 16,
+        "refused": "mix_weights needs one value per layer (4), got [0.5, 0.5]",
+    }
