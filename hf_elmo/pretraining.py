@@ -17,6 +17,7 @@ word counts, checkpoints), which `--resume` continues, and the finished model be
 
 import contextlib
 import ctypes
+import hashlib
 import json
 import math
 import os
@@ -429,6 +430,10 @@ def check_text_files(data_args: DataArguments) -> None:
 # The Trainer's checkpoint folders are `checkpoint-STEP`; it writes `trainer_state.json` into one last.
 CHECKPOINT_PREFIX = "checkpoint-"
 TRAINER_STATE = "trainer_state.json"
+# What a run records of its text files (`text_identity`), beside its checkpoints, for `--resume` to check.
+RUN_TEXT_FILE = "hf_elmo_pretrain_text.json"
+# The flags of the text files, by their `DataArguments` field.
+TEXT_FLAGS = {"train_file": "--train-file", "validation_file": "--validation-file"}
 
 
 @dataclass(frozen=True)
@@ -558,6 +563,56 @@ def start_parts(folders: RunFolders, source: Path | None, write_tokenizer: Calla
             shutil.copytree(source, staging, dirs_exist_ok=True)
 
 
+def text_identity(data_args: DataArguments) -> dict[str, list[dict]]:
+    """
+    What a run trains and validates on, by field (`train_file`, `validation_file`): each file's absolute path, size
+    and SHA-256 of its bytes (0.1 s for the 50 MB of text a long run reads, once per run).
+    """
+    identity = {}
+    for name in TEXT_FLAGS:
+        identity[name] = []
+        for path in getattr(data_args, name):
+            with open(path, "rb") as handle:
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()
+            identity[name].append({"path": os.path.abspath(path), "size": os.path.getsize(path), "sha256": digest})
+    return identity
+
+
+def save_text_identity(folder: Path, data_args: DataArguments) -> None:
+    """Records the run's text files (`text_identity`) in `folder`, the run's `OUTPUT.parts/`."""
+    (folder / RUN_TEXT_FILE).write_text(json.dumps(text_identity(data_args), indent=1), encoding="utf-8")
+
+
+def check_same_text(source: Path, data_args: DataArguments) -> None:
+    """
+    A one-line `ValueError` where the run to continue in `source` was started on other text files than `data_args`
+    names, by content (size and SHA-256: the same file moved is the same text): its vocabulary and word counts are
+    those of its own text, and its checkpoints have read it. A run recorded before runs recorded their text is not
+    checked.
+    """
+    try:
+        recorded = json.loads((source / RUN_TEXT_FILE).read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return
+    except (OSError, ValueError) as error:
+        raise ValueError(f"cannot resume {source}: {RUN_TEXT_FILE} cannot be read ({first_line(error)})") from error
+    given = text_identity(data_args)
+    advice = "; resume with the files it started with, or pass --overwrite_output_dir without --resume to start over"
+    for name, flag in TEXT_FLAGS.items():
+        started, now = recorded.get(name, []), given[name]
+        if len(started) != len(now):
+            raise ValueError(
+                f"cannot resume {source}: its run started with {len(started)} {flag} file(s), not {len(now)}{advice}"
+            )
+        for before, after in zip(started, now):
+            if (before["size"], before["sha256"]) != (after["size"], after["sha256"]):
+                changed = "edited since" if before["path"] == after["path"] else f"not {before['path']}"
+                raise ValueError(
+                    f"cannot resume {source}: {flag} {after['path']} is not the text its run started with ({changed}: "
+                    f"{after['size']:,} bytes against {before['size']:,}, or other bytes){advice}"
+                )
+
+
 def describe_resumption(folders: RunFolders, checkpoints: SavedCheckpoints) -> str:
     """The line a resumed run prints: the checkpoint it continues from, and the incomplete ones it removed."""
     removed = ""
@@ -661,6 +716,8 @@ def train(
 ) -> dict[str, float]:
     """`main` once its arguments are checked and its output locked."""
     source = run_to_continue(folders, training_args, [*data_args.train_file, *data_args.validation_file])
+    if source is not None:
+        check_same_text(source, data_args)
     # Every process has checked the folders as they were before any of them writes.
     training_args.distributed_state.wait_for_everyone()
     training_args.output_dir = str(folders.parts)  # where the Trainer saves its checkpoints
@@ -686,6 +743,7 @@ def train(
             trained_tokenizer.save_pretrained(folder)
         # The SIF weights of the folder's sentence vectors (sentence_weighting): the words of the training text.
         WordCounts.of_sentences(ElmoTokenizer.from_pretrained(folder), train_text).save_pretrained(folder)
+        save_text_identity(folder, data_args)
 
     # The first process makes `OUTPUT.parts/` (a new run's with its vocabulary, or the continued run's) and leaves only
     # complete checkpoints in it; the others then read the tokenizer there. The Trainer is not given the tokenizer: it
@@ -737,9 +795,10 @@ def train(
         with reported_write_failures(folders.output, f"; the finished run stays in {folders.parts} for --resume"):
             replace_folder(folders.parts, folders.output)
         with reported_write_failures(folders.output):
-            if not training_args.keep_checkpoints:
+            if not training_args.keep_checkpoints:  # the record of the text goes with the checkpoints
                 for checkpoint in folders.output.glob(f"{CHECKPOINT_PREFIX}*"):
                     shutil.rmtree(checkpoint)
+                (folders.output / RUN_TEXT_FILE).unlink(missing_ok=True)
     return metrics
 
 

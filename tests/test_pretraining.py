@@ -814,6 +814,36 @@ def test_a_stopped_run_leaves_no_model_folder_and_resumes_past_a_half_written_ch
         torch.testing.assert_close(weights(output)[name], weight, rtol=0, atol=0, msg=name)
 
 
+def test_resume_on_other_text_is_refused_in_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
+    """
+    A run resumed on other text would keep the vocabulary and word counts of the first: the run records its text
+    files (path, size, SHA-256) beside its checkpoints, and `--resume` with another file, or the same file edited, is
+    refused in one line naming the file, exit status 2, changing nothing.
+    """
+    output, parts = tmp_path / "model", tmp_path / "model.parts"
+    stop_while_saving(monkeypatch, short_run(tmp_path, output), step=4)
+    before = folder_files(parts)
+    train = tmp_path / "train.txt"
+    advice = "; resume with the files it started with, or pass --overwrite_output_dir without --resume to start over"
+    other = tmp_path / "other.txt"
+    structured_text(other, 64, seed=5)
+    code, err = command(short_run(tmp_path, output, "--resume", "--train-file", str(other)), capsys)
+    assert (code, err) == (
+        2,
+        f"hf-elmo: error: cannot resume {parts}: --train-file {other} is not the text its run started with (not "
+        f"{train}: {other.stat().st_size:,} bytes against {train.stat().st_size:,}, or other bytes){advice}\n",
+    )
+    size = train.stat().st_size
+    train.write_text(train.read_text(encoding="utf-8").replace("w0", "w1"), encoding="utf-8")  # the same size
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert (code, err) == (
+        2,
+        f"hf-elmo: error: cannot resume {parts}: --train-file {train} is not the text its run started with (edited "
+        f"since: {size:,} bytes against {size:,}, or other bytes){advice}\n",
+    )
+    assert folder_files(parts) == before and not output.exists()
+
+
 def test_resume_without_a_complete_checkpoint_starts_over_with_the_vocabulary(tmp_path, monkeypatch, capsys):
     """
     Killed while saving its first checkpoint: nothing to continue from, which `--resume` says in one line. (The run
