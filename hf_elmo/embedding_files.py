@@ -4,7 +4,7 @@
 a time (`batch_lines`, `embed_batch`, `embed_long`, `select_layers`), into `OUTPUT.parts/` (`Hdf5Output`,
 `NpyOutput`), stopping within moments on Ctrl-C or SIGTERM, never in the middle of a write (`DeferredStop`); rank 0
 then assembles OUTPUT. A run is identified by its input, model and output options (`run_identity`), only the run it
-continues may resume from the parts, and one run at a time holds them (a lock on `OUTPUT.parts/`).
+continues may resume from the parts, and one run at a time writes OUTPUT (`folders.lock_output`).
 The layouts and shapes are described in `hf_elmo/command_line.py` (`hf-elmo embed --help`), which parses the
 arguments; the `embed` command of `hf_elmo/cli.py` calls `embed_file`.
 """
@@ -28,8 +28,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import CommandError, first_line
-from .folders import lock_folder
+from .errors import CommandError, ElmoConversionError, first_line
+from .folders import lock_output
 from .text_files import LineTooLong, TextFileError, UndecodableLine, count_lines, read_lines
 
 # Lines read ahead and sorted by length, so that each batch holds sentences of similar length.
@@ -117,9 +117,9 @@ class PartsOutput:
     A run writes into `OUTPUT.parts/`: its identity (`run_identity`) in `hf_elmo_embed.json`, then finished lines,
     each file written whole (temporary name, then renamed). `finish` builds OUTPUT from the parts in one rename, so
     OUTPUT is complete or absent; a stopped run resumes from the parts, and only the run it continues may do so.
-    Rank 0 checks and makes the folder, and holds a lock on it (`folders.lock_folder`) until `release`, so that a
-    second run on the same parts stops at once instead of redoing the work; each other rank opens it with
-    `joins_rank_zero`.
+    Rank 0 takes the lock of OUTPUT (`folders.lock_output`) and holds it until `release`, so that a second run on the
+    same output stops at once instead of redoing the work, then checks and makes the folder; each other rank opens it
+    with `joins_rank_zero`.
     """
 
     def __init__(self, path: Path, identity: dict, resume: bool, joins_rank_zero: bool = False):
@@ -135,13 +135,13 @@ class PartsOutput:
             _check_identity(self.state_file, identity, self.parts)
             self.finished = self.finished_lines()
             return
-        if path.exists():
-            raise CommandError(
-                f"{path} exists" + (" and is complete" if resume else "") + "; remove it to write it again"
-            )
         try:
+            self._lock()
+            if path.exists():
+                raise CommandError(
+                    f"{path} exists" + (" and is complete" if resume else "") + "; remove it to write it again"
+                )
             if self.parts.exists():
-                self._lock()
                 if not resume:
                     raise CommandError(
                         f"{self.parts} holds an unfinished run; pass --resume to continue it, or remove it"
@@ -149,8 +149,6 @@ class PartsOutput:
                 _check_identity(self.state_file, identity, self.parts)
             try:
                 self.parts.mkdir(parents=True, exist_ok=True)
-                if self.lock is None:
-                    self._lock()
                 _write_whole(self.state_file, lambda handle: handle.write(json.dumps(identity, indent=1).encode()))
             except OSError as error:
                 raise CommandError(f"cannot write to {self.parts}: {error.strerror or error}") from error
@@ -160,20 +158,16 @@ class PartsOutput:
             raise
 
     def _lock(self):
-        """Takes the lock on `OUTPUT.parts/`; a one-line error where another run holds it. Where the filesystem
-        cannot lock folders, the run goes on without."""
+        """Takes the lock of OUTPUT; a one-line error where another run holds it, or the filesystem cannot lock."""
         try:
-            self.lock = lock_folder(self.parts)
-        except BlockingIOError as error:
-            raise CommandError(
-                f"another run is writing {self.parts} (it holds its lock); wait for it to end, or stop it and rerun "
-                "with --resume"
-            ) from error
+            self.lock = lock_output(self.path)
+        except ElmoConversionError as error:
+            raise CommandError(str(error)) from error
 
     def release(self):
-        """Drops the lock on `OUTPUT.parts/` (the end of the process drops it too)."""
+        """Drops the lock of OUTPUT (the end of the process drops it too)."""
         if self.lock is not None:
-            os.close(self.lock)
+            self.lock.release()
             self.lock = None
 
     def finished_lines(self) -> set[str]:

@@ -38,7 +38,7 @@ from hf_elmo.embedding_files import (
     text_lines,
 )
 from hf_elmo.errors import CommandError
-from hf_elmo.folders import lock_folder
+from hf_elmo.folders import lock_output
 from hf_elmo.text_files import UndecodableLine
 
 ROOT = PROJECT_ROOT
@@ -402,14 +402,11 @@ def test_a_second_run_on_the_same_parts_stops_at_once(model_dir, tmp_path, monke
     stop_on_a_full_disk(model_dir, tmp_path, monkeypatch, capsys)
     parts, before = tmp_path / "npy.parts", snapshot(tmp_path / "npy.parts")
     argv = ["embed", model_dir, tmp_path / "in.txt", tmp_path / "npy", "--top", "--format", "npy", "--resume"]
-    descriptor = lock_folder(parts)  # as the first run, still writing, holds it
-    try:
+    with lock_output(tmp_path / "npy"):  # as the first run, still writing, holds it
         assert main(list(map(str, argv))) == 1
-    finally:
-        os.close(descriptor)
     assert capsys.readouterr().err == (
-        f"hf-elmo: error: another run is writing {parts} (it holds its lock); wait for it to end, or stop it and "
-        "rerun with --resume\n"
+        f"hf-elmo: error: another run (process {os.getpid()}) is writing {tmp_path / 'npy'}; wait for it to end, or "
+        "stop it first\n"
     )
     assert snapshot(parts) == before and not (tmp_path / "npy").exists()
     assert main(list(map(str, argv))) == 0  # once it is gone, the parts resume
