@@ -265,7 +265,11 @@ def pretrain_command(argv: list[str]) -> int:
         from .pretraining import keep_freed_memory
         from .pretraining import main as pretrain
     except ImportError as error:  # its module imports the Trainer
-        raise CommandError('pre-training needs the training extra: pip install "hf_elmo[training]"', code=2) from error
+        raise CommandError(
+            'pre-training needs the training extra: pip install -e ".[training]" in a checkout (a wheel: its path '
+            "followed by [training])",
+            code=2,
+        ) from error
 
     keep_freed_memory()
     try:

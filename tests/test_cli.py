@@ -590,7 +590,10 @@ def test_pretrain_without_the_training_extra_names_it(tmp_path):
         timeout=120,
     )
     assert result.returncode == 2
-    assert result.stderr == 'hf-elmo: error: pre-training needs the training extra: pip install "hf_elmo[training]"\n'
+    assert result.stderr == (
+        'hf-elmo: error: pre-training needs the training extra: pip install -e ".[training]" in a checkout (a wheel: '
+        "its path followed by [training])\n"
+    )
 
 
 def test_pretrain_subcommand_reports_bad_arguments(tmp_path, capsys):
