@@ -164,10 +164,10 @@ def load_model_and_tokenizer(
     with one_line_errors(name):
         model = _from_pretrained(path, model_class, device, from_pretrained_kwargs)
         # A head's word vectors read the ids; the biLM of a head folder would refuse them.
-        reads_word_vectors = isinstance(model, ElmoHeadModel) and model.config.word_vector_vocab_size is not None
+        needs_word_vector_ids = isinstance(model, ElmoHeadModel) and model.config.word_vector_vocab_size is not None
         if folder.is_dir() and not (folder / TOKENIZER_CONFIG_FILE).is_file():
-            return model, ElmoTokenizer(model.config.max_characters_per_token, word_vector_ids=reads_word_vectors)
-        tokenizer = ElmoTokenizer.from_pretrained(path, word_vector_ids=reads_word_vectors)
+            return model, ElmoTokenizer(model.config.max_characters_per_token, word_vector_ids=needs_word_vector_ids)
+        tokenizer = ElmoTokenizer.from_pretrained(path, word_vector_ids=needs_word_vector_ids)
     if tokenizer.max_characters_per_token != model.config.max_characters_per_token and not folder.is_dir():
         # A Hub repository whose tokenizer files do not say the width: the model's.
         tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
@@ -231,12 +231,12 @@ def check_tokenizer(tokenizer: ElmoTokenizer, config: ElmoConfig, name: str | os
         )
 
 
-def read_weights(name: str | os.PathLike, prefix: str, *, hub: bool = True) -> dict[str, torch.Tensor]:
+def read_weights_with_prefix(name: str | os.PathLike, prefix: str, *, hub: bool = True) -> dict[str, torch.Tensor]:
     """
     The weights of the model `name` (`resolve_model_name(name, hub)`) whose names start with `prefix`, read from its
-    safetensors files without building a model: `read_weights(folder, "softmax.")` is the pre-training softmax of a
-    folder `hf-elmo pretrain` saved (see `modeling_elmo.word_vectors_from_softmax`), empty for a biLM-only folder.
-    A file that cannot be read is a one-line `ValueError`.
+    safetensors files without building a model: `read_weights_with_prefix(folder, "softmax.")` is the pre-training
+    softmax of a folder `hf-elmo pretrain` saved (see `modeling_elmo.word_vectors_from_softmax`), empty for a
+    biLM-only folder. A file that cannot be read is a one-line `ValueError`.
     """
     from safetensors import safe_open
 

@@ -6,8 +6,9 @@ A biLM folder keeps the settings of its best sentence vector beside its weights 
 weights, SIF's `a` over the word counts of its pre-training text (`word_counts.json`), and the mean and principal
 directions of a reference text's vectors to take out (`sentence_bert_config.json`). `ElmoModel.sentence_embedding`
 alone takes none of them (its defaults are TF-Hub ELMo's plain mean); [`ElmoSentenceEmbedder`] reads them all, and
-`SentenceTransformer(folder)` runs the same code (`sentence_transformers_elmo.ElmoSentenceEncoder` is this class
-with sentence-transformers' interface), so both give the same vectors.
+`SentenceTransformer(folder)` runs the same code (its module,
+`sentence_transformers_elmo.ElmoSentenceTransformerModule`, is this class with sentence-transformers' interface), so
+both give the same vectors.
 """
 
 import json
@@ -19,7 +20,7 @@ import torch
 from transformers.utils import cached_file
 
 from .folder_layout import ENCODER_CONFIG_FILE, SIF_A
-from .loading import load_model_and_tokenizer, resolve_model_name
+from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoModel
 from .sentence_weighting import WordCounts, weighted_encoding
 from .tokenization_elmo import ElmoTokenizer
@@ -118,8 +119,8 @@ class ElmoSentenceEmbedder(torch.nn.Module):
         (`word_counts.json`, where it has them) and its settings (`sentence_bert_config.json`; a folder without it
         takes the constructor's defaults). `from_pretrained_kwargs` go to `ElmoModel.from_pretrained`.
         """
-        path = resolve_model_name(str(name))
-        model, tokenizer = load_model_and_tokenizer(path, ElmoModel, **from_pretrained_kwargs)
+        model, tokenizer = load_model_and_tokenizer(name, ElmoModel, **from_pretrained_kwargs)
+        path = model.name_or_path  # the name as the loader resolved it: the settings and counts come from there too
         return cls(model, tokenizer, **read_settings(path), word_counts=WordCounts.from_pretrained(path))
 
     @property

@@ -1,7 +1,7 @@
 """ELMo in sentence-transformers: `SentenceTransformer(folder)` returns hf_elmo's own sentence vector.
 
 Needs the `sentence-transformers` extra. A folder saved by a biLM's `save_pretrained` names
-[`ElmoSentenceEncoder`] in its `modules.json` (see `folder_layout`); sentence-transformers imports a
+[`ElmoSentenceTransformerModule`] in its `modules.json` (see `folder_layout`); sentence-transformers imports a
 module class from outside its own package only with `trust_remote_code=True`, which here allows importing this
 installed module: the folder's own code files are not run.
 """
@@ -13,13 +13,14 @@ import torch
 from sentence_transformers.base.modules import InputModule
 
 from .folder_layout import ENCODER_CONFIG_FILE
+from .loading import check_tokenizer
 from .modeling_elmo import ElmoModel
 from .sentence_encoder import ElmoSentenceEmbedder
 from .sentence_weighting import WordCounts
 from .tokenization_elmo import ElmoTokenizer
 
 
-class ElmoSentenceEncoder(ElmoSentenceEmbedder, InputModule):
+class ElmoSentenceTransformerModule(ElmoSentenceEmbedder, InputModule):
     """
     The one module of an ELMo `SentenceTransformer`: [`~sentence_encoder.ElmoSentenceEmbedder`] (the same arguments,
     the same vectors) with sentence-transformers' interface. `preprocess` gives the embedder's `features` of the texts
@@ -72,15 +73,17 @@ class ElmoSentenceEncoder(ElmoSentenceEmbedder, InputModule):
         config_kwargs: dict[str, Any] | None = None,
         backend: str = "torch",
         **kwargs,
-    ) -> "ElmoSentenceEncoder":
+    ) -> "ElmoSentenceTransformerModule":
         """
         The module of a folder or Hub repository: `ElmoModel`, `ElmoTokenizer` and the word counts (where the folder
         has `word_counts.json`) of this installed hf_elmo, never code files from the folder (`trust_remote_code`,
         among the other keywords sentence-transformers passes, is not used). `model_kwargs` and `config_kwargs` go to
-        `ElmoModel.from_pretrained`, `processor_kwargs` to `ElmoTokenizer.from_pretrained`.
+        `ElmoModel.from_pretrained`, `processor_kwargs` to `ElmoTokenizer.from_pretrained`. A tokenizer that gives the
+        model other rows than its config reads is refused in one line, as `loading.check_tokenizer` refuses it for
+        every command.
         """
         if backend != "torch":
-            raise ValueError(f"ElmoSentenceEncoder runs in PyTorch, not backend={backend!r}: use backend='torch'")
+            raise ValueError(f"{cls.__name__} runs in PyTorch, not backend={backend!r}: use backend='torch'")
         config = cls.load_config(
             model_name_or_path,
             subfolder=subfolder,
@@ -99,5 +102,6 @@ class ElmoSentenceEncoder(ElmoSentenceEmbedder, InputModule):
         model_kwargs = {**(config_kwargs or {}), **(model_kwargs or {})}
         model = ElmoModel.from_pretrained(model_name_or_path, **hub_kwargs, **model_kwargs)
         tokenizer = ElmoTokenizer.from_pretrained(model_name_or_path, **hub_kwargs, **(processor_kwargs or {}))
+        check_tokenizer(tokenizer, model.config, model_name_or_path)
         word_counts = WordCounts.from_pretrained(model_name_or_path, **hub_kwargs)
         return cls(model, tokenizer, **config, word_counts=word_counts)

@@ -135,7 +135,7 @@ def common_component(vectors: torch.Tensor) -> torch.Tensor:
     """
     The first right singular vector of `vectors` `(n, dim)`, not centred (as Arora et al. compute it): `(dim,)` of
     norm 1, signed so that the vectors' mean projection on it is positive, the same direction on every run. Estimate
-    it on a reference text and save it with the model (`ElmoSentenceEncoder`'s `common_component`), never on the
+    it on a reference text and save it with the model (`ElmoSentenceEmbedder`'s `common_component`), never on the
     sentences to be compared: a vector then depends on its sentence alone.
     """
     if vectors.dim() != 2 or len(vectors) < 2:

@@ -7,6 +7,7 @@ import pytest
 import torch
 from utils import FLOAT32_TOLERANCE, save_with_word_counts
 
+import hf_elmo.loading
 from hf_elmo import ElmoModel, ElmoSentenceEmbedder, ElmoTokenizer, bundled_model_path
 from hf_elmo.folder_layout import ENCODER_CONFIG_FILE
 from hf_elmo.sentence_weighting import WordCounts
@@ -116,3 +117,16 @@ def test_settings_hf_elmo_does_not_know_are_refused(set_folder):
 def test_a_missing_model_is_one_line(tmp_path):
     with pytest.raises(ValueError, match=r"^no such model folder: "):
         ElmoSentenceEmbedder.from_pretrained(tmp_path / "absent")
+
+
+def test_a_bundled_name_is_resolved_once_and_its_settings_and_counts_read_from_its_folder(monkeypatch):
+    """`from_pretrained("ko-nsmc")` resolves the name once, in the loader, and reads the settings and word counts from
+    the folder it resolved to."""
+    resolved = []
+    resolve = hf_elmo.loading.resolve_model_name
+    monkeypatch.setattr(hf_elmo.loading, "resolve_model_name", lambda *args: resolved.append(args) or resolve(*args))
+    embedder = ElmoSentenceEmbedder.from_pretrained("ko-nsmc")
+    folder = bundled_model_path("ko-nsmc")
+    assert resolved == [("ko-nsmc", True)]
+    assert embedder.settings == json.loads((Path(folder) / ENCODER_CONFIG_FILE).read_text(encoding="utf-8"))
+    assert embedder.word_counts is not None and len(embedder.word_counts) == embedder.tokenizer.word_vocab_size

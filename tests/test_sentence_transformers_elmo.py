@@ -1,6 +1,7 @@
 """`SentenceTransformer(folder)` on folders hf_elmo writes: `ElmoModel.sentence_embedding`, batched, offline."""
 
 import json
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -10,6 +11,7 @@ import torch
 from utils import FLOAT32_TOLERANCE, save_with_word_counts, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
+from hf_elmo.alphabet_elmo import learn_character_vocabulary
 from hf_elmo.conversion_original import convert_original
 from hf_elmo.folder_layout import ENCODER_CLASS, SIF_A
 from hf_elmo.pretraining import main as pretraining_main
@@ -19,7 +21,7 @@ pytest.importorskip("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
 from sentence_transformers.util import import_from_string  # noqa: E402
 
-from hf_elmo.sentence_transformers_elmo import ElmoSentenceEncoder  # noqa: E402
+from hf_elmo.sentence_transformers_elmo import ElmoSentenceTransformerModule  # noqa: E402
 
 # Spacing and punctuation as users type them; "" has no word (a zero vector, as sentence_embedding gives).
 TEXTS = ["the cat sat on the mat", "a", "hello,  world  again !", "", "one two three four five six seven", "x y"]
@@ -56,7 +58,7 @@ def own_sentence_embedding(
         return model.sentence_embedding(**batch, word_weights=weights, **(settings or {}))
 
 
-def module_settings(module: ElmoSentenceEncoder) -> dict:
+def module_settings(module: ElmoSentenceTransformerModule) -> dict:
     """What the module passes `sentence_embedding` besides the words' weights."""
     return {
         "sif_a": module.sif_a,
@@ -100,9 +102,9 @@ def bundled():
 
 def test_the_folder_loads_as_the_elmo_module_alone(tiny_folder, tiny_model):
     model = load(tiny_folder)
-    assert [type(module) for module in model] == [ElmoSentenceEncoder]
+    assert [type(module) for module in model] == [ElmoSentenceTransformerModule]
     assert type(model[0].model) is ElmoModel  # hf_elmo's class, not the folder's code copy
-    assert import_from_string(ENCODER_CLASS) is ElmoSentenceEncoder
+    assert import_from_string(ENCODER_CLASS) is ElmoSentenceTransformerModule
     assert model.get_embedding_dimension() == 2 * tiny_model.config.projection_dim
     assert model.similarity_fn_name == "cosine"
 
@@ -119,7 +121,7 @@ def test_encode_is_sentence_embedding_at_any_batch_size(tiny_folder, tiny_model,
 
 
 def test_the_module_given_directly_needs_no_trust_remote_code(tiny_folder, tiny_model, tiny_tokenizer):
-    module = ElmoSentenceEncoder.load(str(tiny_folder), local_files_only=True)
+    module = ElmoSentenceTransformerModule.load(str(tiny_folder), local_files_only=True)
     vectors = SentenceTransformer(modules=[module], device="cpu").encode(TEXTS, convert_to_tensor=True)
     torch.testing.assert_close(
         vectors, own_sentence_embedding(tiny_model, tiny_tokenizer, TEXTS), atol=FLOAT32_TOLERANCE, rtol=0
@@ -176,7 +178,7 @@ def test_bundled_bae_similarities_are_hf_elmos(bundled):
 
 
 def test_layer_weights_and_max_seq_length_apply_and_survive_save(tmp_path, tiny_model, tiny_tokenizer):
-    module = ElmoSentenceEncoder(tiny_model, tiny_tokenizer, layer_weights=[0.0, 0.0, 1.0], max_seq_length=4)
+    module = ElmoSentenceTransformerModule(tiny_model, tiny_tokenizer, layer_weights=[0.0, 0.0, 1.0], max_seq_length=4)
     model = SentenceTransformer(modules=[module], device="cpu")
     with torch.inference_mode():
         reference = tiny_model.sentence_embedding(
@@ -214,7 +216,9 @@ def test_word_counts_weigh_the_words_and_survive_save(counted_folder, tiny_model
     assert (tmp_path / "saved" / WORD_COUNTS_FILE).read_bytes() == (counted_folder / WORD_COUNTS_FILE).read_bytes()
     reloaded = load(tmp_path / "saved").encode(TEXTS, batch_size=4, convert_to_tensor=True)
     torch.testing.assert_close(reloaded, vectors, atol=FLOAT32_TOLERANCE, rtol=0)
-    plain = SentenceTransformer(modules=[ElmoSentenceEncoder(tiny_model, tokenizer, sif_a=None, word_counts=counts)])
+    plain = SentenceTransformer(
+        modules=[ElmoSentenceTransformerModule(tiny_model, tokenizer, sif_a=None, word_counts=counts)]
+    )
     torch.testing.assert_close(
         plain.encode(TEXTS, convert_to_tensor=True),
         own_sentence_embedding(tiny_model, tokenizer, TEXTS),
@@ -327,23 +331,37 @@ def test_without_hf_elmo_the_folders_code_serves_the_stock_transformer(tiny_fold
 def test_bad_input_gets_one_line(tiny_folder, tiny_model, tiny_tokenizer):
     with pytest.raises(ValueError, match="trust_remote_code=True"):
         SentenceTransformer(str(tiny_folder), local_files_only=True, device="cpu")
-    with pytest.raises(ValueError, match=r"^ElmoSentenceEncoder embeds texts \(str\), one per input, got tuple$"):
+    with pytest.raises(
+        ValueError, match=r"^ElmoSentenceTransformerModule embeds texts \(str\), one per input, got tuple$"
+    ):
         load(tiny_folder).encode([("a text", "its pair")])
-    with pytest.raises(ValueError, match=r"^ElmoSentenceEncoder runs in PyTorch, not backend='onnx'"):
+    with pytest.raises(ValueError, match=r"^ElmoSentenceTransformerModule runs in PyTorch, not backend='onnx'"):
         load(tiny_folder, backend="onnx")
     with pytest.raises(ValueError, match=r"^layer_weights needs 3 values, one per layer, got 2$"):
-        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, layer_weights=[0.5, 0.5])
+        ElmoSentenceTransformerModule(tiny_model, tiny_tokenizer, layer_weights=[0.5, 0.5])
     with pytest.raises(ValueError, match=r"rows of 50 characters .* reads 20 .*: save the model's own tokenizer"):
-        ElmoSentenceEncoder(tiny_model, ElmoTokenizer())
+        ElmoSentenceTransformerModule(tiny_model, ElmoTokenizer())
     with pytest.raises(ValueError, match=r"^sif_a must be a number > 0 \(or None for equal weights\), got 0$"):
-        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, sif_a=0)
+        ElmoSentenceTransformerModule(tiny_model, tiny_tokenizer, sif_a=0)
     with pytest.raises(ValueError, match=r"^common_component needs 16 values \(2 \* projection_dim\) .* got \[3\]$"):
-        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, common_component=[1.0, 0.0, 0.0])
+        ElmoSentenceTransformerModule(tiny_model, tiny_tokenizer, common_component=[1.0, 0.0, 0.0])
     with pytest.raises(ValueError, match=r"^common_component needs 16 .* per direction, got \[3, 16\]$"):
-        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, common_component=[[1.0] * 16, [1.0, 0.0, 0.0]])
+        ElmoSentenceTransformerModule(tiny_model, tiny_tokenizer, common_component=[[1.0] * 16, [1.0, 0.0, 0.0]])
     with pytest.raises(ValueError, match=r"^reference_mean needs 16 values \(2 \* projection_dim\), got 2$"):
-        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, reference_mean=[1.0, 0.0])
+        ElmoSentenceTransformerModule(tiny_model, tiny_tokenizer, reference_mean=[1.0, 0.0])
     with pytest.raises(
         ValueError, match=r"^the word counts are of 4 words, the tokenizer's word vocabulary holds None"
     ):
-        ElmoSentenceEncoder(tiny_model, tiny_tokenizer, word_counts=WordCounts([0, 0, 0, 1], words=1))
+        ElmoSentenceTransformerModule(tiny_model, tiny_tokenizer, word_counts=WordCounts([0, 0, 0, 1], words=1))
+
+
+def test_load_refuses_a_tokenizer_that_disagrees_with_the_config(tmp_path):
+    """The module's `load` runs the check every command's loader runs (`loading.check_tokenizer`): a folder whose
+    character vocabulary is another model's is refused in the loader's one line, before any vector is computed."""
+    pytest.importorskip("kiwipiepy", reason='the Korean tokenizer needs the korean extra: "hf_elmo[korean]"')
+    folder = shutil.copytree(bundled_model_path("ko-nsmc"), tmp_path / "learned")
+    learn_character_vocabulary(["배가 고프다"]).save(folder / "char_vocab.json")  # 5 characters and 6 markers
+    with pytest.raises(
+        ValueError, match=rf"^the tokenizer of {folder} disagrees with its config: it has a character "
+    ):
+        ElmoSentenceTransformerModule.load(str(folder), local_files_only=True)

@@ -20,8 +20,8 @@ import torch
 from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
-from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.loading import resolve_model_name
+from hf_elmo import ElmoModel
+from hf_elmo.loading import load_model_and_tokenizer
 from hf_elmo.modeling_elmo import masked_pool, word_positions
 
 
@@ -65,9 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--max-length", type=int, default=64, help="positions per review, <S> and </S> included")
     args = parser.parse_args(argv)
 
-    model_path = resolve_model_name(args.model)
-    tokenizer = ElmoTokenizer.from_pretrained(model_path)
-    model = ElmoModel.from_pretrained(model_path, dtype=torch.float32).eval()
+    model, tokenizer = load_model_and_tokenizer(args.model, ElmoModel, dtype=torch.float32)
     data_dir = Path(args.data_dir)
     splits = {
         split: read_split(data_dir / (args.train_file if split == "train" else f"{split}.csv"))

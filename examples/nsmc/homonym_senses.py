@@ -30,7 +30,7 @@ import torch
 from transformers.utils import logging
 
 from hf_elmo import ElmoModel, ElmoTokenizer
-from hf_elmo.loading import resolve_model_name
+from hf_elmo.loading import load_model_and_tokenizer
 from hf_elmo.tokenization_elmo import pool_to_words
 
 DATA = Path(__file__).resolve().parent / "homonyms.tsv"
@@ -116,16 +116,13 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--model", required=True, help="a biLM folder or a bundled model's name")
     parser.add_argument("--data", default=str(DATA), help="a homonym file (homonym, sense, target, sentence)")
     args = parser.parse_args(argv)
-    try:
-        model_path = resolve_model_name(args.model)
-        groups = read_homonyms(Path(args.data))
-    except ValueError as error:
-        parser.error(str(error))
-
     torch.set_num_threads(1)
     logging.disable_progress_bar()
-    tokenizer = ElmoTokenizer.from_pretrained(model_path)
-    model = ElmoModel.from_pretrained(model_path, dtype=torch.float32).eval()
+    try:
+        groups = read_homonyms(Path(args.data))
+        model, tokenizer = load_model_and_tokenizer(args.model, ElmoModel, dtype=torch.float32)
+    except ValueError as error:
+        parser.error(str(error))
     layer_names = [f"layer {number}" for number in range(model.config.n_layers + 1)] + ["average of layers"]
     scores = {name: [] for name in ["chance", *layer_names]}
     per_homonym = {}

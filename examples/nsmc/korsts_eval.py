@@ -35,6 +35,7 @@ import torch
 from scipy.stats import spearmanr
 
 from hf_elmo import ElmoModel, ElmoSentenceEmbedder, ElmoTokenizer
+from hf_elmo.loading import load_model_and_tokenizer
 from hf_elmo.modeling_elmo import valid_positions, word_positions
 from hf_elmo.sentence_vectors import sentence_vectors
 from hf_elmo.sentence_weighting import WordCounts, common_component, reference_directions
@@ -118,8 +119,8 @@ def main(argv: list[str] | None = None) -> dict:
     args = parser.parse_args(argv)
 
     torch.set_num_threads(1)
-    model, tokenizer = ElmoModel.from_pretrained(args.model).eval(), ElmoTokenizer.from_pretrained(args.model)
-    counts = WordCounts.from_pretrained(args.model)
+    model, tokenizer = load_model_and_tokenizer(args.model, ElmoModel)
+    counts = WordCounts.from_pretrained(model.name_or_path)  # the folder the loader resolved the name to
     first, second, gold = read_pairs(Path(args.data))
     reference = [
         line
