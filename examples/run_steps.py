@@ -25,7 +25,14 @@ from transformers import HfArgumentParser, TrainingArguments, set_seed
 
 from hf_elmo.configuration_elmo import ElmoConfig, field_rule
 from hf_elmo.errors import ElmoConversionError, first_line
-from hf_elmo.folders import OutputLock, apply_umask, lock_output, replace_folder
+from hf_elmo.folders import (
+    OutputLock,
+    apply_umask,
+    lock_output,
+    replace_folder,
+    write_error,
+    write_failure_reason,
+)
 from hf_elmo.loading import load_model_and_tokenizer, resolve_model_name
 
 TABLE_SUFFIXES = (".csv", ".json", ".jsonl")
@@ -242,8 +249,9 @@ def output_written_whole(training_args: TrainingArguments, output_lock: OutputLo
     """
     Points `training_args.output_dir` at a staging folder beside it (`.NAME.partial`) while the block runs; when it
     ends without error, the staging folder becomes the output folder, replacing any there. On any error it is removed
-    and the output folder is left as it was. Then `output_lock`, the run's hold on the output folder (`ExampleRun`),
-    is released.
+    and the output folder is left as it was; a failed write (a full disk, a read-only folder: `folders.write_error`)
+    ends the script in one line, exit status 1. Then `output_lock`, the run's hold on the output folder
+    (`ExampleRun`), is released.
 
     Every process of a distributed run writes into the same staging folder: its name is fixed, so that the processes
     agree on it without talking, and one left by a stopped run is removed by the next.
@@ -253,17 +261,21 @@ def output_written_whole(training_args: TrainingArguments, output_lock: OutputLo
     staging = output_dir.with_name(f".{output_dir.name}.partial")
     if training_args.push_to_hub and training_args.hub_model_id is None:
         training_args.hub_model_id = output_dir.name  # the Trainer's default, the output folder's name
-    with training_args.main_process_first(local=False, desc="making the staging folder"):
-        if training_args.should_save:
-            shutil.rmtree(staging, ignore_errors=True)
-            staging.mkdir(parents=True)
-    training_args.output_dir = str(staging)
     try:
+        with training_args.main_process_first(local=False, desc="making the staging folder"):
+            if training_args.should_save:
+                shutil.rmtree(staging, ignore_errors=True)
+                staging.mkdir(parents=True)
+        training_args.output_dir = str(staging)
         yield staging
         PartialState().wait_for_everyone()  # every process has written its files
         if training_args.should_save:
             apply_umask(staging)
             replace_folder(staging, output_dir)
+    except Exception as error:
+        if write_failure_reason(error) is None:
+            raise
+        sys.exit(f"{Path(sys.argv[0]).name}: error: {write_error(output_dir, error)}")
     finally:
         training_args.output_dir = given
         if training_args.should_save:

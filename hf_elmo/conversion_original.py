@@ -8,6 +8,7 @@ folder run under their own names; folders are written by `folders.py`, cards fro
 `model_card.py`. This module does the I/O around the mapping: downloads, HDF5 reading and writing.
 """
 
+import io
 import json
 import os
 import urllib.error
@@ -18,7 +19,7 @@ import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .errors import ElmoConversionError
+from .errors import ElmoConversionError, first_line
 from .folders import WRITE_ADVICE, atomic_directory, write_error
 from .loading import load_model
 from .model_card import packaged_template, write_model_card
@@ -103,8 +104,12 @@ def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:
                     arrays[name] = item[()]
 
             handle.visititems(collect)
-    except OSError as error:
-        raise ElmoConversionError(f"{path} is not a readable HDF5 file (truncated or not HDF5?): {error}") from error
+    except (OSError, RuntimeError, UnicodeDecodeError, KeyError, ValueError) as error:
+        # What HDF5 raises depends on where a file is damaged: a bad object header, a name that is no UTF-8...
+        raise ElmoConversionError(
+            f"{path} is not a readable HDF5 file (damaged, truncated or not HDF5: {first_line(error)}); copy or "
+            "download it again"
+        ) from error
     if not arrays:
         raise ElmoConversionError(f"{path} holds no datasets: it is not an ELMo weight file")
     return arrays
@@ -196,13 +201,16 @@ def export_original(model_dir, output_dir, overwrite: bool = False) -> Path:
         arrays = state_dict_to_original(state_dict, model.config)
     except ValueError as error:
         raise ElmoConversionError(str(error)) from error
-    h5py = _h5py()
+    # Built in memory, then written as any file: HDF5 writing to a disk that fills up fails in hundreds of lines of
+    # errors and then crashes the process, where a write of bytes fails in one line (`atomic_directory`).
+    h5py, weights = _h5py(), io.BytesIO()
     with atomic_directory(output_dir, overwrite) as staging:
-        with open(staging / "options.json", "w", encoding="utf-8") as handle:
-            json.dump(model.config.to_original_options(), handle, indent=2)
-        with h5py.File(staging / "weights.hdf5", "w") as handle:
+        with h5py.File(weights, "w") as handle:
             for name, array in arrays.items():
                 handle.create_dataset(name, data=array)
+        with open(staging / "options.json", "w", encoding="utf-8") as handle:
+            json.dump(model.config.to_original_options(), handle, indent=2)
+        (staging / "weights.hdf5").write_bytes(weights.getbuffer())
     return Path(output_dir)
 
 

@@ -16,6 +16,7 @@ import contextlib
 import errno
 import glob
 import os
+import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -41,13 +42,32 @@ WRITE_ADVICE = {
 }
 
 
-def write_error(path: str | os.PathLike, error: OSError) -> ElmoConversionError:
-    """The one-line error for a failed write of `path`: the cause as the system names it (a full disk, a read-only
-    filesystem) and what to do."""
-    advice = WRITE_ADVICE.get(error.errno)
-    return ElmoConversionError(
-        f"cannot write {path}: {error.strerror or first_line(error)}" + (f"; {advice}" if advice else "")
-    )
+def write_failure_reason(error: BaseException) -> str | None:
+    """
+    Why a write failed (a full disk, a read-only folder), where `error` is a failed write, else None: an `OSError`,
+    or what safetensors and `torch.save` raise for one (`torch.save` reports a full disk as a failed check of its zip
+    writer, without the system's reason).
+    """
+    from safetensors import SafetensorError
+
+    if isinstance(error, OSError):
+        return error.strerror or first_line(error)
+    if isinstance(error, SafetensorError) and "I/O error: " in str(error):
+        return first_line(error).rpartition("I/O error: ")[2]
+    if isinstance(error, RuntimeError) and "inline_container" in str(error):
+        return "torch.save could not write a checkpoint (is the disk full?)"
+    return None
+
+
+def write_error(path: str | os.PathLike, error: BaseException) -> ElmoConversionError:
+    """The one-line error for a failed write of `path` (`write_failure_reason`): the cause as the system names it (a
+    full disk, a read-only filesystem) and what to do."""
+    code = error.errno if isinstance(error, OSError) else None
+    if code is None and (number := re.search(r"\(os error (\d+)\)", str(error))):  # safetensors' way of naming it
+        code = int(number.group(1))
+    advice = WRITE_ADVICE.get(code)
+    reason = write_failure_reason(error) or first_line(error)
+    return ElmoConversionError(f"cannot write {path}: {reason}" + (f"; {advice}" if advice else ""))
 
 
 def apply_umask(folder: Path):
@@ -176,8 +196,9 @@ def remove_stale_staging(output_dir: Path):
 def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
     """
     Yields a staging folder beside `output_dir` that becomes `output_dir` only if the block succeeds; on any error it
-    is removed and `output_dir` is left as it was. An `OSError` (a full disk, a read-only folder) is an
-    `ElmoConversionError` of one line naming it. Staging folders of `output_dir` left by killed writers go first.
+    is removed and `output_dir` is left as it was. A failed write (`write_failure_reason`: a full disk, a read-only
+    folder, also where safetensors or `torch.save` wrote) is an `ElmoConversionError` of one line naming it. Staging
+    folders of `output_dir` left by killed writers go first.
     """
     output_dir = Path(output_dir)
     if output_dir.exists() and not output_dir.is_dir():
@@ -194,7 +215,9 @@ def atomic_directory(output_dir: str | os.PathLike, overwrite: bool = False):
         yield staging
         apply_umask(staging)
         replace_folder(staging, output_dir)
-    except OSError as error:
+    except Exception as error:
+        if write_failure_reason(error) is None:
+            raise
         raise write_error(output_dir, error) from error
     finally:
         if staging is not None:

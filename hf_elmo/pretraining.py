@@ -33,7 +33,6 @@ from typing import NamedTuple
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import HfArgumentParser, Trainer, TrainingArguments
 
@@ -41,7 +40,7 @@ from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .errors import CommandError, ElmoConversionError, first_line
-from .folders import apply_umask, atomic_directory, lock_output, replace_folder
+from .folders import apply_umask, atomic_directory, lock_output, replace_folder, write_failure_reason
 from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
@@ -624,21 +623,6 @@ def describe_resumption(folders: RunFolders, checkpoints: SavedCheckpoints) -> s
     return f"resuming from {checkpoints.last}{removed}"
 
 
-def write_failure_reason(error: BaseException) -> str | None:
-    """
-    Why a write failed (a full disk, a read-only folder), where `error` is a failed write, else None: an `OSError`,
-    or what safetensors and `torch.save` raise for one (`torch.save` reports a full disk as a failed check of its zip
-    writer, without the system's reason).
-    """
-    if isinstance(error, OSError):
-        return error.strerror or first_line(error)
-    if isinstance(error, SafetensorError) and "I/O error: " in str(error):
-        return first_line(error).rpartition("I/O error: ")[2]
-    if isinstance(error, RuntimeError) and "inline_container" in str(error):
-        return "torch.save could not write a checkpoint (is the disk full?)"
-    return None
-
-
 @contextlib.contextmanager
 def reported_write_failures(folder: Path, then: str = ""):
     """Turns a failed write in `folder` into a one-line `CommandError`: `cannot write FOLDER: REASON` and `then`, what
@@ -659,10 +643,22 @@ def check_checkpoint_files(checkpoint: Path) -> None:
     A one-line `CommandError`, before anything trains, for a pickle of the checkpoint to resume from (its optimizer,
     scheduler and random states) that the Trainer's `torch.load(weights_only=True)` would refuse, naming what it holds
     that is refused, or that is no file `torch.save` wrote. Refusing is right: loaded otherwise, a pickle can run any
-    code. (torch lists them since 2.5; transformers 5 trains with torch 2.6 or later.)
+    code. (torch lists them since 2.5; transformers 5 trains with torch 2.6 or later.) Its weights too, where a
+    `.safetensors` file is cut short or its header damaged (read here, not its tensors).
     """
+    from safetensors import SafetensorError, safe_open
     from transformers.trainer_pt_utils import safe_globals  # what the Trainer allows beyond torch: numpy's RNG state
 
+    for path in sorted(checkpoint.glob("*.safetensors")):
+        try:
+            with safe_open(str(path), framework="numpy"):
+                pass
+        except (SafetensorError, OSError) as error:
+            raise CommandError(
+                f"cannot resume from {checkpoint}: {path.name} is cut short or damaged ({first_line(error)}); "
+                f"remove {checkpoint.name} to resume from the checkpoint before it (or from step 0), or start over "
+                "with --overwrite_output_dir instead of --resume"
+            ) from error
     for path in sorted([*checkpoint.glob("*.pt"), *checkpoint.glob("*.pth")]):
         try:
             with safe_globals():

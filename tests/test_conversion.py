@@ -16,6 +16,7 @@ from utils import convert_args, random_original_arrays, tiny_config, write_origi
 from hf_elmo import ElmoModel, ElmoTokenizer, conversion_original
 from hf_elmo.conversion_original import convert_original, export_original, load_original, resolve_file
 from hf_elmo.errors import ElmoConversionError
+from hf_elmo.weight_mapping import state_dict_to_original
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -194,3 +195,72 @@ def test_script_reports_errors_without_traceback(tmp_path):
     assert "Traceback" not in result.stderr
     usage = run_script("convert_allennlp_elmo.py", "--help").stdout
     assert usage.startswith("usage: convert_allennlp_elmo.py [-h]") and "--push-to-hub" in usage, usage
+
+
+# What safetensors raised writing to a full disk (the fault campaign's convert and run_classification.py).
+FULL_DISK_SERIALIZING = "Error while serializing: I/O error: No space left on device (os error 28)"
+
+
+def test_export_on_a_full_disk_is_one_line_and_hdf5_never_writes_to_the_disk(tmp_path, monkeypatch):
+    """HDF5 writing to a disk that fills up printed some 230 lines of errors and then crashed the process: the file is
+    built in memory and written as bytes, whose failure is one line leaving nothing."""
+    model = ElmoModel(tiny_config())
+    file = h5py.File
+
+    def in_memory_only(name, *args, **kwargs):
+        assert isinstance(name, io.BytesIO), f"h5py writes {name} itself"
+        return file(name, *args, **kwargs)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(h5py, "File", in_memory_only)
+    monkeypatch.setattr(Path, "write_bytes", full_disk)
+    with pytest.raises(ElmoConversionError) as raised:
+        export_original(model, tmp_path / "out")
+    assert str(raised.value) == (
+        f"cannot write {tmp_path / 'out'}: No space left on device; free some space and run again"
+    )
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.undo()
+    export_original(model, tmp_path / "out")  # written from memory, read back as the file it was
+    assert_same_bits(
+        read_all(tmp_path / "out" / "weights.hdf5"), state_dict_to_original(model.state_dict(), model.config)
+    )
+
+
+def test_convert_on_a_full_disk_where_safetensors_writes_is_one_line(tmp_path, monkeypatch):
+    from safetensors import SafetensorError
+    from transformers import modeling_utils
+
+    def full_disk(*args, **kwargs):
+        raise SafetensorError(FULL_DISK_SERIALIZING)
+
+    options_file, weight_file = write_original_checkpoint(tmp_path / "original", tiny_config())
+    monkeypatch.setattr(modeling_utils, "safe_save_file", full_disk)
+    with pytest.raises(ElmoConversionError) as raised:
+        convert_original(options_file, weight_file, tmp_path / "out")
+    assert str(raised.value) == (
+        f"cannot write {tmp_path / 'out'}: No space left on device (os error 28); free some space and run again"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["original"]
+
+
+@pytest.mark.parametrize("seed", [0, 25])  # HDF5 raises a RuntimeError (bad object header), a UnicodeDecodeError
+def test_a_weight_file_with_damaged_blocks_is_one_line(tmp_path, seed):
+    """Fifteen blocks of the file overwritten with random bytes, as the fault campaign did: one line saying that the
+    file is damaged, where HDF5's own error came as a traceback."""
+    import random
+
+    options_file, weight_file = write_original_checkpoint(tmp_path / "original", tiny_config())
+    damaged, rng = bytearray(weight_file.read_bytes()), random.Random(seed)
+    for _ in range(15):
+        start = rng.randrange(len(damaged) - 64)
+        damaged[start : start + 64] = rng.randbytes(64)
+    weight_file.write_bytes(bytes(damaged))
+    with pytest.raises(ElmoConversionError) as raised:
+        convert_original(options_file, weight_file, tmp_path / "out")
+    message = str(raised.value)
+    assert message.startswith(f"{weight_file} is not a readable HDF5 file (damaged, truncated or not HDF5: ")
+    assert message.endswith("); copy or download it again") and "\n" not in message
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["original"]

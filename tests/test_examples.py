@@ -1,12 +1,14 @@
 """The fine-tuning examples run end to end on tiny local files; their output folders reload with the Auto classes."""
 
 import csv
+import errno
 import json
 import os
 import random
 import re
 import subprocess
 import sys
+import types
 from collections import Counter
 from pathlib import Path
 
@@ -477,6 +479,48 @@ def test_a_second_run_into_an_output_folder_being_written_is_refused_in_one_line
         )
     assert sorted(path.name for path in tmp_path.iterdir()) == [".out.partial", "train.csv"]
     assert (tmp_path / ".out.partial" / "checkpoint-40").is_dir()
+
+
+def test_a_full_disk_or_a_read_only_folder_is_one_line_and_leaves_nothing(
+    base_model, tmp_path, in_process, monkeypatch, capsys
+):
+    """A model that cannot be saved (what safetensors raised on a full disk), or an output folder on a read-only
+    filesystem (where the run's lock is the first thing it writes): one line, exit status 1, nothing left behind."""
+    from safetensors import SafetensorError
+    from transformers import modeling_utils
+
+    from hf_elmo import folders
+
+    write_sentences(tmp_path / "train.csv", 8, seed=0)
+    output_dir = tmp_path / "out"
+    arguments = ["--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv", "--do_train"]
+    arguments += ["--max_steps", "1", "--output_dir", output_dir]
+
+    def full_disk(*args, **kwargs):
+        raise SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+
+    with monkeypatch.context() as patch:
+        patch.setattr(modeling_utils, "safe_save_file", full_disk)
+        code, _ = in_process("run_classification.py", arguments, capsys)
+    assert code == (
+        f"run_classification.py: error: cannot write {output_dir}: No space left on device (os error 28); free some "
+        "space and run again"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["datasets-cache", "train.csv"]
+
+    def read_only_open(path, *args, **kwargs):
+        if Path(path).parent == tmp_path:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        return os.open(path, *args, **kwargs)
+
+    with monkeypatch.context() as patch:  # the folders module's own `os`, so that nothing else sees it
+        patch.setattr(folders, "os", types.SimpleNamespace(**{**vars(os), "open": read_only_open}))
+        code, _ = in_process("run_classification.py", arguments, capsys)
+    assert code == (
+        f"run_classification.py: error: cannot write {output_dir}: Read-only file system; write to a folder on a "
+        "writable filesystem"
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["datasets-cache", "train.csv"]
 
 
 def usage_mistakes(tmp_path: Path, base_model: Path) -> dict[str, tuple[str, list, str]]:

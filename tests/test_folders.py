@@ -13,7 +13,7 @@ import pytest
 
 from hf_elmo import folders
 from hf_elmo.errors import ElmoConversionError
-from hf_elmo.folders import STAGING_MARK, atomic_directory, lock_folder, lock_output
+from hf_elmo.folders import STAGING_MARK, atomic_directory, lock_folder, lock_output, write_failure_reason
 
 
 def staging_folder(parent: Path, name: str) -> Path:
@@ -196,3 +196,17 @@ def test_a_lock_that_cannot_be_written_is_one_line(tmp_path, monkeypatch):
     assert str(raised.value) == (
         f"cannot write {tmp_path / 'out'}: Read-only file system; write to a folder on a writable filesystem"
     )
+
+
+def test_write_failures_are_told_from_other_errors():
+    """What torch.save and safetensors raise for a full disk reads as one; other errors are not write failures."""
+    from safetensors import SafetensorError
+
+    assert write_failure_reason(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"
+    serializing = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
+    assert write_failure_reason(serializing) == "No space left on device (os error 28)"
+    # What torch.save raised on a full tmpfs (torch 2.13).
+    torch_save = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
+    assert write_failure_reason(torch_save) == "torch.save could not write a checkpoint (is the disk full?)"
+    assert write_failure_reason(RuntimeError("shapes do not match")) is None
+    assert write_failure_reason(ValueError("bad")) is None

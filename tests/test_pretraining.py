@@ -918,20 +918,24 @@ def test_a_full_disk_or_a_read_only_folder_is_one_line(tmp_path, monkeypatch, ca
     assert ElmoModel.from_pretrained(output).config.word_vocab_size is not None
 
 
-def test_write_failures_are_told_from_other_errors():
-    """What torch.save and safetensors raise for a full disk reads as one; other errors are not write failures."""
-    from safetensors import SafetensorError
-
-    from hf_elmo.pretraining import write_failure_reason
-
-    assert write_failure_reason(OSError(errno.ENOSPC, "No space left on device")) == "No space left on device"
-    serializing = SafetensorError("Error while serializing: I/O error: No space left on device (os error 28)")
-    assert write_failure_reason(serializing) == "No space left on device (os error 28)"
-    # What torch.save raised on a full tmpfs (torch 2.13).
-    torch_save = RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 576 vs 534")
-    assert write_failure_reason(torch_save) == "torch.save could not write a checkpoint (is the disk full?)"
-    assert write_failure_reason(RuntimeError("shapes do not match")) is None
-    assert write_failure_reason(ValueError("bad")) is None
+def test_resume_from_a_checkpoint_whose_weights_are_cut_short_is_one_line(tmp_path, monkeypatch, capsys):
+    """A checkpoint's `model.safetensors` cut in half (its `trainer_state.json` intact: it was complete once) is
+    refused in one line naming it before anything trains, where safetensors' error came as a traceback."""
+    output, parts = tmp_path / "model", tmp_path / "model.parts"
+    stop_while_saving(monkeypatch, short_run(tmp_path, output), step=4)
+    weights_file = parts / "checkpoint-2" / "model.safetensors"
+    weights_file.write_bytes(weights_file.read_bytes()[: weights_file.stat().st_size // 2])
+    # What the resumed run keeps: all but the incomplete checkpoint-4, which it removes as it says.
+    before = {name: data for name, data in folder_files(parts).items() if not name.startswith("checkpoint-4/")}
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert code == 1 and err.count("\n") == 2  # the resumption's line and the error
+    assert err.endswith(
+        f"\nhf-elmo: error: cannot resume from {parts / 'checkpoint-2'}: model.safetensors is cut short or damaged "
+        "(Error while deserializing header: incomplete metadata, file not fully covered); remove checkpoint-2 to "
+        "resume from the checkpoint before it (or from step 0), or start over with --overwrite_output_dir instead of "
+        "--resume\n"
+    )
+    assert folder_files(parts) == before and not output.exists()
 
 
 def test_resume_refuses_a_random_state_that_weights_only_refuses_in_one_line(tmp_path, monkeypatch, capsys):
