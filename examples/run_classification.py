@@ -41,7 +41,7 @@ from transformers import EvalPrediction, Trainer, TrainingArguments
 
 import hf_elmo
 from hf_elmo import ElmoForSequenceClassification, ElmoTokenizer
-from hf_elmo.loading import read_weights
+from hf_elmo.loading import read_weights_with_prefix
 from hf_elmo.modeling_elmo import word_vectors_from_softmax
 
 HEAD_OPTIONS = (
@@ -175,7 +175,7 @@ def settle_word_vectors(model_args: ModelArguments, model_name: str, overrides: 
     if not model_args.word_vectors_from_softmax:
         return None
     try:
-        table = word_vectors_from_softmax(read_weights(model_name, "softmax."))
+        table = word_vectors_from_softmax(read_weights_with_prefix(model_name, "softmax."))
     except ValueError as error:
         raise UsageError(
             f"--word_vectors_from_softmax: {model_args.model_name_or_path} holds no pre-training softmax: give the "

@@ -21,7 +21,7 @@ from utils import FLOAT32_TOLERANCE, tiny_config, word_vocab_tokenizer, write_or
 from hf_elmo import ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from hf_elmo.folder_layout import SIF_A
 from hf_elmo.folders import lock_output
-from hf_elmo.loading import read_weights
+from hf_elmo.loading import read_weights_with_prefix
 from hf_elmo.modeling_elmo import word_vectors_from_softmax
 
 pytest.importorskip("datasets")
@@ -249,7 +249,7 @@ def test_run_classification_starts_word_vectors_from_the_pretraining_softmax(
     model = AutoModelForSequenceClassification.from_pretrained(output_dir).eval()
     tokenizer = AutoTokenizer.from_pretrained(output_dir)
     assert (model.config.word_vector_dim, model.config.word_vector_vocab_size) == (8, tokenizer.word_vocab_size)
-    softmax = word_vectors_from_softmax(read_weights(pretraining_folder, "softmax."))
+    softmax = word_vectors_from_softmax(read_weights_with_prefix(pretraining_folder, "softmax."))
     table = model.task_encoder.word_vectors.weight
     unseen, trained = ([tokenizer.word_to_id(word) for word in words] for words in (UNSEEN, POSITIVE + NEGATIVE))
     assert torch.equal(table[unseen], softmax[unseen])  # copied, and in no training sentence
