@@ -1,7 +1,7 @@
 """
-The character CNN's kernels: each distinct word found once ([`distinct_rows`]) and the convolutions' max over
-positions as matrix products ([`max_pooled_by_matmul`]). Registered in `kernels_elmo`, beside the reference code of
-`modeling_elmo` (`torch.unique`, `conv_max_pooled`).
+The character CNN's kernels: each distinct word found once ([`distinct_rows_by_packed_keys`]) and the convolutions'
+max over positions as matrix products ([`max_pooled_by_matmul`]). Registered in `kernels_elmo`, beside the reference
+code of `modeling_elmo` (`distinct_rows_reference`, `torch.unique`; `conv_max_pooled`).
 """
 
 import torch
@@ -25,7 +25,7 @@ def max_pooled_by_matmul(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor
     return torch.cat(pooled) + module.bias
 
 
-def distinct_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def distinct_rows_by_packed_keys(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """
     `torch.unique(rows, dim=0, return_inverse=True)` for a matrix of non-negative integers `(n, columns)`: the
     distinct rows in lexicographic order and, for each row, the index of its distinct row. On the CPU

@@ -93,7 +93,7 @@ def lstm_layer_in_place(
     state's dtype (float32), as autocast leaves them.
 
     The steps run on the valid positions alone ([`PackedSteps`]). Their input gates come `GATE_CHUNK_ROWS` packed
-    rows at a time, from one matrix product (when `module.reads_word_vectors`, a copy from the gates of the distinct
+    rows at a time, from one matrix product (when `module.input_is_context_free`, a copy from the gates of the distinct
     rows, each projected once); each step adds its recurrent product to its slice of those input gates and does the
     gate arithmetic there, in place.
     """
@@ -106,7 +106,7 @@ def lstm_layer_in_place(
     compute_dtype = autocast_dtype(inputs.device)
 
     packed_inputs = layout.pack(inputs)
-    if module.reads_word_vectors:
+    if module.input_is_context_free:
         # Context-free word vectors, one row per occurrence of a word: project each distinct row once and copy its
         # gates to every position holding it.
         distinct, positions = torch.unique(packed_inputs, dim=0, return_inverse=True)
@@ -131,13 +131,13 @@ def lstm_layer_in_place(
     recurrent_products = step_products(module, module.recurrent_kernel, set(running), True, compute_dtype)
     if projection_kernel is not None:
         projection_products = step_products(module, projection_kernel, set(running), True, compute_dtype)
-    if not module.reads_word_vectors:
+    if not module.input_is_context_free:
         chunk_rows = {step_starts[end] - step_starts[first] for first, end in chunks}
         input_products = step_products(module, module.input_kernel, chunk_rows, False, compute_dtype)
     for first_step, end_step in chunks:
         chunk = slice(step_starts[first_step], step_starts[end_step])
         chunk_gates = chunk_buffer[: chunk.stop - chunk.start]
-        if module.reads_word_vectors:
+        if module.input_is_context_free:
             torch.index_select(distinct_gates, 0, positions[chunk], out=chunk_gates)
         else:
             chunk_inputs = packed_inputs[chunk]

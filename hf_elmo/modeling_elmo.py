@@ -25,7 +25,14 @@ from .folder_layout import (
     copy_question_answering_pipeline,
     write_sentence_transformers_files,
 )
-from .kernels_elmo import ALL_CHARACTER_CONVOLUTIONS, ALL_DISTINCT_ROWS, ALL_RECURRENCES, choose_implementation
+from .kernels_elmo import (
+    ALL_CHARACTER_CONVOLUTIONS,
+    ALL_DISTINCT_ROWS,
+    ALL_RECURRENCES,
+    ALL_RIGHT_PADDING_CHECKS,
+    ALL_TASK_BILSTMS,
+    choose_path,
+)
 from .sentence_vectors import sentence_vectors
 from .weight_checks import refuse_unloaded_bilm_weights
 
@@ -72,9 +79,17 @@ class ElmoHighway(nn.Module):
         return gate * nonlinear + (1.0 - gate) * x
 
 
-def unique_rows(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+def distinct_rows_reference(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The distinct rows of `rows` `(n, columns)` in lexicographic order, and each row's index among them."""
     return torch.unique(rows, dim=0, return_inverse=True)
+
+
+def every_row_as_distinct(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row of `rows` as its own, for a traced graph, which cannot hold a count of distinct rows."""
+    return rows, torch.arange(rows.shape[0], device=rows.device)  # not len(), which a graph would fix
+
+
+ALL_DISTINCT_ROWS["traced"] = every_row_as_distinct
 
 
 def conv_max_pooled(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor:
@@ -91,8 +106,8 @@ class ElmoCharConvolution(nn.Conv1d):
 
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
         """`chars` `(words, max_characters_per_token, char_embedding_dim)` -> `(words, n_filters)`."""
-        implementation = choose_implementation(self.config, [self], chars)
-        return ALL_CHARACTER_CONVOLUTIONS.get_interface(implementation, conv_max_pooled)(self, chars)
+        path = choose_path(self.config, [self], chars)
+        return ALL_CHARACTER_CONVOLUTIONS.get_interface(path, conv_max_pooled)(self, chars)
 
 
 class ElmoCharacterEncoder(nn.Module):
@@ -165,40 +180,52 @@ def lstm_cell(
     return new_hidden, new_memory
 
 
-def run_steps(
-    step: Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-    input_gates: torch.Tensor,
-    mask: torch.Tensor,
-    hidden: torch.Tensor,
-    memory: torch.Tensor,
+Step = Callable[[torch.Tensor, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
+
+
+def masked_step(
+    step: Step, state: tuple[torch.Tensor, torch.Tensor], step_inputs: tuple[torch.Tensor, torch.Tensor]
+) -> tuple[tuple[torch.Tensor, torch.Tensor], torch.Tensor]:
+    """
+    `step(gates, hidden, memory) -> (new_hidden, new_memory)` on `state` `(hidden, memory)` and `step_inputs`
+    `(gates, valid)`: where `valid` `(batch,)` is False a row keeps its state and outputs zeros. Returns the new state
+    and the step's output.
+    """
+    (hidden, memory), (gates, valid) = state, step_inputs
+    new_hidden, new_memory = step(gates, hidden, memory)
+    valid = valid[:, None]
+    state = torch.where(valid, new_hidden, hidden), torch.where(valid, new_memory, memory)
+    return state, torch.where(valid, new_hidden, 0.0)
+
+
+def loop_over_steps(
+    step: Step, input_gates: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """
-    The reference recurrence: `step(gates, hidden, memory) -> (new_hidden, new_memory)` over the steps of
-    `input_gates` `(batch, steps, 4 * cell_dim)` from `hidden`, `memory` `(batch, dim)`. At a step where `mask`
-    `(batch, steps)` is False a row keeps its state and outputs zeros. Returns the outputs `(batch, steps,
-    hidden_dim)` and the state after each row's last valid step.
-
-    Run step by step under autograd; while `torch.export` (and so the ONNX export) traces it, as one scan over the
-    steps, which stays a loop in the graph (an ONNX `Scan`) instead of being unrolled into a fixed number of steps.
+    The reference recurrence: [`masked_step`] over the steps of `input_gates` `(batch, steps, 4 * cell_dim)` and
+    `mask` `(batch, steps)`, from `hidden`, `memory` `(batch, dim)`, one step at a time under autograd. Returns the
+    outputs `(batch, steps, hidden_dim)` and the state after each row's last valid step.
     """
-
-    def masked_step(state, step_inputs):
-        (hidden, memory), (gates, valid) = state, step_inputs
-        new_hidden, new_memory = step(gates, hidden, memory)
-        valid = valid[:, None]
-        state = torch.where(valid, new_hidden, hidden), torch.where(valid, new_memory, memory)
-        return state, torch.where(valid, new_hidden, 0.0)
-
-    if torch.compiler.is_exporting():
-        (hidden, memory), outputs = scan(masked_step, (hidden, memory), (input_gates.transpose(0, 1), mask.T))
-        return outputs.transpose(0, 1), hidden, memory
     # Steps are taken apart with unbind and put together with stack, one autograd node each: indexing a step
     # of a tensor (or writing one) costs a backward pass over the whole tensor at every step.
     outputs = []
     for step_inputs in zip(input_gates.unbind(1), mask.unbind(1)):
-        (hidden, memory), output = masked_step((hidden, memory), step_inputs)
+        (hidden, memory), output = masked_step(step, (hidden, memory), step_inputs)
         outputs.append(output)
     return torch.stack(outputs, dim=1), hidden, memory
+
+
+def scan_over_steps(
+    step: Step, input_gates: torch.Tensor, mask: torch.Tensor, hidden: torch.Tensor, memory: torch.Tensor
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """
+    [`loop_over_steps`] as one scan over the steps, for a traced graph: it stays a loop there (an ONNX `Scan`)
+    instead of being unrolled into a fixed number of steps.
+    """
+    (hidden, memory), outputs = scan(
+        functools.partial(masked_step, step), (hidden, memory), (input_gates.transpose(0, 1), mask.T)
+    )
+    return outputs.transpose(0, 1), hidden, memory
 
 
 def lstm_layers_reference(
@@ -207,10 +234,12 @@ def lstm_layers_reference(
     mask: torch.Tensor,
     hidden: Sequence[torch.Tensor],
     memory: Sequence[torch.Tensor],
+    over_steps: Callable = loop_over_steps,
 ) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
     """
     The reference recurrence of each of `layers` (directions of one config) on its own `inputs`, `hidden` and
-    `memory` ([`lstm_cell`] by [`run_steps`]; arguments and results of each as [`ElmoLstmLayer.forward`]).
+    `memory` ([`lstm_cell`] by [`loop_over_steps`], or `over_steps`; arguments and results of each as
+    [`ElmoLstmLayer.forward`]).
     """
     results = []
     for layer, layer_inputs, layer_hidden, layer_memory in zip(layers, inputs, hidden, memory):
@@ -223,8 +252,37 @@ def lstm_layers_reference(
             proj_clip=layer.proj_clip,
         )
         input_gates = layer_inputs @ layer.input_kernel + layer.bias  # every step in one product
-        results.append(run_steps(step, input_gates, mask, layer_hidden, layer_memory))
+        results.append(over_steps(step, input_gates, mask, layer_hidden, layer_memory))
     return results
+
+
+def lstm_layers_scanned(
+    layers: Sequence["ElmoLstmLayer"],
+    inputs: Sequence[torch.Tensor],
+    mask: torch.Tensor,
+    hidden: Sequence[torch.Tensor],
+    memory: Sequence[torch.Tensor],
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """[`lstm_layers_reference`] with the steps as one scan ([`scan_over_steps`]), for a traced graph."""
+    return lstm_layers_reference(layers, inputs, mask, hidden, memory, over_steps=scan_over_steps)
+
+
+ALL_RECURRENCES["traced"] = lstm_layers_scanned
+
+
+def run_lstm_directions(
+    layers: Sequence["ElmoLstmLayer"],
+    inputs: Sequence[torch.Tensor],
+    mask: torch.Tensor,
+    hidden: Sequence[torch.Tensor],
+    memory: Sequence[torch.Tensor],
+) -> list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]]:
+    """
+    The one call of `ALL_RECURRENCES`: the recurrence of the path `choose_path` gives for `layers` (directions of
+    one biLM layer, one config) on their inputs, as [`lstm_layers_reference`] takes and returns them.
+    """
+    path = choose_path(layers[0].config, layers, *inputs, *hidden, *memory)
+    return ALL_RECURRENCES.get_interface(path, lstm_layers_reference)(layers, inputs, mask, hidden, memory)
 
 
 class ElmoLstmLayer(nn.Module):
@@ -235,14 +293,15 @@ class ElmoLstmLayer(nn.Module):
     from contiguous `(in, out)` memory than from a transposed `(out, in)` weight when the batch is small.
     """
 
-    def __init__(self, config: ElmoConfig, reads_word_vectors: bool = False):
+    def __init__(self, config: ElmoConfig, input_is_context_free: bool = False):
         super().__init__()
         self.config = config
         cell_dim, projection_dim = config.cell_dim, config.projection_dim
         self.cell_dim = cell_dim
         self.cell_clip = config.cell_clip
-        # The first layer reads context-free word vectors, where a row repeats at every occurrence of its word.
-        self.reads_word_vectors = reads_word_vectors
+        # The first layer reads the context-free token representations: a row repeats at every occurrence of its
+        # word (the inference kernel projects each distinct row once).
+        self.input_is_context_free = input_is_context_free
         # bilm-tf projects (and then clips) the output only when it is narrower than the memory.
         projected = projection_dim < cell_dim
         self.proj_clip = config.proj_clip if projected else None
@@ -258,11 +317,9 @@ class ElmoLstmLayer(nn.Module):
         Runs left to right. `inputs` `(batch, steps, projection_dim)`, `mask` `(batch, steps)` bool with each row's
         valid steps first, `hidden` `(batch, projection_dim)`, `memory` `(batch, cell_dim)`. Returns the outputs
         `(batch, steps, projection_dim)` (zero at invalid steps) and the state after each row's last valid step.
-        Which recurrence runs, the reference or a kernel, `kernels_elmo.choose_implementation` says, on every call.
+        Which recurrence runs, the reference or a kernel, [`run_lstm_directions`] asks on every call.
         """
-        implementation = choose_implementation(self.config, [self], inputs, hidden, memory)
-        recurrence = ALL_RECURRENCES.get_interface(implementation, lstm_layers_reference)
-        return recurrence([self], [inputs], mask, [hidden], [memory])[0]
+        return run_lstm_directions([self], [inputs], mask, [hidden], [memory])[0]
 
 
 def reverse_valid_steps(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
@@ -293,8 +350,12 @@ class ElmoBiLm(nn.Module):
         self.projection_dim = config.projection_dim
         self.use_skip_connections = config.use_skip_connections
         self.input_dropout = nn.Dropout(config.lstm_dropout)
-        self.forward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
-        self.backward_layers = nn.ModuleList(ElmoLstmLayer(config, index == 0) for index in range(config.n_layers))
+        self.forward_layers = nn.ModuleList(
+            ElmoLstmLayer(config, input_is_context_free=index == 0) for index in range(config.n_layers)
+        )
+        self.backward_layers = nn.ModuleList(
+            ElmoLstmLayer(config, input_is_context_free=index == 0) for index in range(config.n_layers)
+        )
 
     def forward(
         self,
@@ -348,11 +409,10 @@ class ElmoBiLm(nn.Module):
         layers, inputs = (self.forward_layers[index], self.backward_layers[index]), (forward_input, backward_input)
         if all(runs_only_its_forward(layer) for layer in layers):
             # One call for both directions, so that a kernel may run them at once (the training recurrence does).
-            implementation = choose_implementation(self.config, layers, *inputs, hidden, memory)
-            recurrence = ALL_RECURRENCES.get_interface(implementation, lstm_layers_reference)
-            results = recurrence(layers, inputs, mask, hidden, memory)
+            results = run_lstm_directions(layers, inputs, mask, hidden, memory)
         else:
-            # Under a `device_map` each layer runs and returns on its own device; the stacks go on from the mask's.
+            # Each layer's own call, which asks the same function for its direction. Under a `device_map` each layer
+            # runs and returns on its own device; the stacks go on from the mask's.
             results = [
                 [result.to(mask.device) for result in layer(*arguments)]
                 for layer, *arguments in zip(layers, inputs, (mask, mask), hidden, memory)
@@ -582,7 +642,7 @@ class ElmoModel(ElmoPreTrainedModel):
         """
         Context-independent representation of every position: `input_ids` `(batch, positions, chars)` (and
         `word_input_ids` `(batch, positions)`) -> `(batch, positions, projection_dim)`, zero at padded positions.
-        Each distinct word (character row and word id) is encoded once.
+        Each distinct word (character row and word id) is encoded once; in a traced graph, every position.
         """
         flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
         if word_input_ids is not None:  # a word is its row and its word id: the id rides along as a last column
@@ -593,19 +653,14 @@ class ElmoModel(ElmoPreTrainedModel):
                 return self.char_encoder(ids)
             return self.char_encoder(ids[:, :-1], ids[:, -1])
 
-        if torch.compiler.is_exporting() or torch.compiler.is_compiling():
-            # The number of distinct words is data-dependent: a traced graph encodes every position.
-            return encode(flat_ids).view(*input_ids.shape[:2], -1) * mask.unsqueeze(-1)
-        valid = mask.reshape(-1).bool()
-        implementation = choose_implementation(self.config, [self.char_encoder], flat_ids)
-        distinct_ids, where = ALL_DISTINCT_ROWS.get_interface(implementation, unique_rows)(flat_ids[valid])
+        # A padded position's row is made the empty row (all zeros), so that padding is one more distinct word at most.
+        valid = mask.reshape(-1, 1).bool()
+        path = choose_path(self.config, [self.char_encoder], flat_ids)
+        distinct_rows = ALL_DISTINCT_ROWS.get_interface(path, distinct_rows_reference)
+        distinct_ids, where = distinct_rows(flat_ids.masked_fill(~valid, 0))
         # Under a `device_map` the encoder returns on its own device.
         embedded = encode(distinct_ids).to(where.device)[where]
-        return (
-            embedded.new_zeros(len(valid), embedded.shape[-1])
-            .index_put((valid,), embedded)
-            .view(*input_ids.shape[:2], -1)
-        )
+        return torch.where(valid.to(where.device), embedded, 0.0).view(*input_ids.shape[:2], -1)
 
     def _validated_word_inputs(self, input_ids: torch.Tensor, word_input_ids: torch.Tensor | None):
         """`word_input_ids` checked against the config: needed exactly when the model reads a word embedding."""
@@ -767,11 +822,7 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"{tuple(input_ids.shape[:2])}"
             )
         mask = valid_positions(input_ids, attention_mask)
-        lengths = mask.sum(dim=1, keepdim=True)
-        # An exported or compiled graph cannot raise on values: the check runs in eager mode only.
-        exporting = torch.compiler.is_exporting() or torch.compiler.is_compiling()
-        if not exporting and not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
-            raise ValueError("attention_mask must mark each row's valid positions first (right padding)")
+        ALL_RIGHT_PADDING_CHECKS.get_interface(choose_path(self.config, [], mask), check_right_padding)(mask)
         return mask
 
     def _validated_state(self, initial_state, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -793,6 +844,20 @@ class ElmoModel(ElmoPreTrainedModel):
 
 
 def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
+def check_right_padding(mask: torch.Tensor) -> None:
+    """A one-line `ValueError` unless `mask` `(batch, positions)` marks each row's valid positions first."""
+    lengths = mask.sum(dim=1, keepdim=True)
+    if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
+        raise ValueError("attention_mask must mark each row's valid positions first (right padding)")
+
+
+def trust_right_padding(mask: torch.Tensor) -> None:
+    """Checks nothing: a traced graph cannot raise on values, so its caller's mask is taken as right-padded."""
+
+
+ALL_RIGHT_PADDING_CHECKS["traced"] = trust_right_padding
+
+
     """
     `(batch, positions)` bool: `attention_mask`, or where absent the positions whose row holds a character. Not
     checked: [`ElmoModel`] checks it on every call.
@@ -832,11 +897,7 @@ class ElmoTaskEncoder(nn.Module):
             + (config.projection_dim if config.concat_token_representation else 0)
             + config.hidden_size
         )
-        self.lstm = (
-            nn.LSTM(width, config.task_lstm_dim, batch_first=True, bidirectional=True)
-            if config.task_lstm_dim > 0
-            else None
-        )
+        self.lstm = ElmoTaskBiLstm(config, width) if config.task_lstm_dim > 0 else None
         self.output_dim = 2 * config.task_lstm_dim if self.lstm is not None else width
 
     def forward(
@@ -857,37 +918,58 @@ class ElmoTaskEncoder(nn.Module):
             word_vectors = word_vectors.to(features) * mask.unsqueeze(-1).to(features)
             features = torch.cat([word_vectors, features], dim=-1)
         if self.lstm is not None:
-            features = run_bilstm(self.lstm, features, mask)
+            features = self.lstm(features, mask)
         return features, penalty
 
 
-def run_bilstm(lstm: nn.LSTM, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+class ElmoTaskBiLstm(nn.LSTM):
     """
-    A one-layer bidirectional, batch-first `lstm` on `features` `(batch, positions, dim)`, each direction over each
-    row's valid positions: `(batch, positions, 2 * hidden_size)`, zero at padded positions. `nn.LSTM` on the packed
-    rows; while `torch.export` traces, whose graph cannot depend on the rows' lengths, its weights step by step
-    ([`lstm_cell`] by [`run_steps`], one scan per direction).
+    A one-layer bidirectional, batch-first `nn.LSTM` (its weights, names and initialisation) whose call reads each
+    row's valid positions alone, in each direction: `features` `(batch, positions, input_size)` and `mask`
+    `(batch, positions)` -> `(batch, positions, 2 * hidden_size)`, zero at padded positions. Which code runs, `nn.LSTM`
+    on the packed rows or a traced graph's scan, `kernels_elmo.choose_path` says on every call.
     """
-    if torch.compiler.is_exporting():
-        lengths, outputs = mask.sum(dim=1), []
-        for suffix in ("", "_reverse"):
-            input_weight, recurrent_weight, *biases = (
-                getattr(lstm, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
-            )
-            inputs = features if suffix == "" else reverse_valid_steps(features, lengths)
-            hidden, memory = (inputs.new_zeros(inputs.shape[0], lstm.hidden_size) for _ in range(2))
-            step = functools.partial(lstm_cell, recurrent_kernel=recurrent_weight.T)
-            output, _, _ = run_steps(step, inputs @ input_weight.T + sum(biases), mask, hidden, memory)
-            outputs.append(output if suffix == "" else reverse_valid_steps(output, lengths))
-        return torch.cat(outputs, dim=-1)
+
+    def __init__(self, config: ElmoConfig, input_size: int):
+        super().__init__(input_size, config.task_lstm_dim, batch_first=True, bidirectional=True)
+        self.config = config
+
+    def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        path = choose_path(self.config, [self], features)
+        return ALL_TASK_BILSTMS.get_interface(path, task_bilstm_packed)(self, features, mask)
+
+
+def task_bilstm_packed(module: ElmoTaskBiLstm, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """The reference [`ElmoTaskBiLstm`]: `nn.LSTM` on the rows packed by their lengths."""
     lengths = mask.sum(dim=1).clamp(min=1).cpu()
     packed = pack_padded_sequence(features, lengths, batch_first=True, enforce_sorted=False)
-    output, _ = lstm(packed)
+    output, _ = nn.LSTM.forward(module, packed)
     features, _ = pad_packed_sequence(output, batch_first=True, total_length=mask.shape[1])
     return features * mask.unsqueeze(-1).to(features.dtype)
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
+def task_bilstm_scanned(module: ElmoTaskBiLstm, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """
+    [`ElmoTaskBiLstm`] for a traced graph, which cannot depend on the rows' lengths: its weights step by step
+    ([`lstm_cell`] by [`scan_over_steps`], one scan per direction, the backward one on the reversed valid steps).
+    """
+    lengths, outputs = mask.sum(dim=1), []
+    for suffix in ("", "_reverse"):
+        input_weight, recurrent_weight, *biases = (
+            getattr(module, f"{name}_l0{suffix}") for name in ("weight_ih", "weight_hh", "bias_ih", "bias_hh")
+        )
+        inputs = features if suffix == "" else reverse_valid_steps(features, lengths)
+        hidden, memory = (inputs.new_zeros(inputs.shape[0], module.hidden_size) for _ in range(2))
+        step = functools.partial(lstm_cell, recurrent_kernel=recurrent_weight.T)
+        output, _, _ = scan_over_steps(step, inputs @ input_weight.T + sum(biases), mask, hidden, memory)
+        outputs.append(output if suffix == "" else reverse_valid_steps(output, lengths))
+    return torch.cat(outputs, dim=-1)
+
+
+ALL_TASK_BILSTMS["traced"] = task_bilstm_scanned
+
+
     """Pools `features` `(batch, positions, dim)` over `positions` (bool); rows without any give zeros."""
     valid = positions.unsqueeze(-1)
     pooled = []
@@ -1226,9 +1308,7 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         self.attention = nn.Linear(width, width, bias=False) if config.question_attention else None
         fused = (3 if config.question_attention else 1) * width + int(config.question_match_feature)
         self.modeling_lstm = (
-            nn.LSTM(fused, config.task_lstm_dim, batch_first=True, bidirectional=True)
-            if config.question_attention and config.task_lstm_dim > 0
-            else None
+            ElmoTaskBiLstm(config, fused) if config.question_attention and config.task_lstm_dim > 0 else None
         )
         self.qa_outputs = nn.Linear(2 * config.task_lstm_dim if self.modeling_lstm is not None else fused, 2)
         self.post_init()
@@ -1290,7 +1370,7 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
             in_question = (same_word & question[:, None, :]).any(dim=-1) & words
             features = torch.cat([features, in_question.to(features)[..., None]], dim=-1)
         if self.modeling_lstm is not None:
-            features = run_bilstm(self.modeling_lstm, features, mask)
+            features = self.modeling_lstm(features, mask)
         lowest = torch.finfo(features.dtype).min
         start_logits, end_logits = self.qa_outputs(features).masked_fill(~context[..., None], lowest).unbind(dim=-1)
 

@@ -32,13 +32,10 @@ BIO_LABELS = {0: "O", 1: "B-X", 2: "I-X"}
 # "unique_dim", indexing with a boolean mask), for which the host waits for the device.
 BILM_FORWARD = {
     # the right-padding check (`torch.equal`)
-    ("modeling_elmo.ElmoModel._validated_mask", "equal.default"): 1,
-    # the valid positions' character rows, and their vectors put back in place (boolean masks)
-    ("modeling_elmo.ElmoModel.embed_words", "index.Tensor"): 1,
-    ("modeling_elmo.ElmoModel.embed_words", "index_put.default"): 1,
+    ("modeling_elmo.check_right_padding", "equal.default"): 1,
     # the distinct words: the largest id (how many bits a key packs), then the first row of each distinct key
-    ("kernels_char_cnn.distinct_rows", "_local_scalar_dense.default"): 1,
-    ("kernels_char_cnn.distinct_rows", "index.Tensor"): 1,
+    ("kernels_char_cnn.distinct_rows_by_packed_keys", "_local_scalar_dense.default"): 1,
+    ("kernels_char_cnn.distinct_rows_by_packed_keys", "index.Tensor"): 1,
 }
 # The packing of the valid steps (`PackedSteps.of`): its one transfer, a copy of the mask from which the host works out
 # the layout. Inference packs once per layer and direction; training once per layer, for both directions.
@@ -47,11 +44,9 @@ PACKING = ("kernels_lstm_inference.PackedSteps.of", "_to_copy.default")
 DISTINCT_WORD_VECTORS = ("kernels_lstm_inference.lstm_layer_in_place", "unique_dim.default")
 INFERENCE_FORWARD = {**BILM_FORWARD, PACKING: 2 * N_LAYERS, DISTINCT_WORD_VECTORS: 2}
 TRAINING_FORWARD = {**BILM_FORWARD, PACKING: N_LAYERS}
-# The gradient of the words' vectors put back in place reads the same boolean mask, where the biLM trains.
-BILM_BACKWARD = {("backward of IndexPutBackward0", "index.Tensor"): 1}
 # A task BiLSTM packs the rows by their lengths, which PyTorch takes on the CPU; unpacking, PyTorch's
 # `pad_packed_sequence` copies the rows' order to the CPU too, to order the lengths it returns.
-TASK_BILSTM = {("modeling_elmo.run_bilstm", "_to_copy.default"): 2}
+TASK_BILSTM = {("modeling_elmo.task_bilstm_packed", "_to_copy.default"): 2}
 # Pre-training keeps each direction's predicted positions (boolean masks on its states and its targets) and counts
 # them (to split the losses), and checks the smallest and largest word id; the gradient of each kept selection of
 # states reads its mask again.
@@ -72,26 +67,26 @@ def merged(*tables: dict) -> collections.Counter:
 
 # name: (model class, config overrides, expected forward and backward transfers in training mode)
 CASES = {
-    "ElmoModel": (ElmoModel, {}, TRAINING_FORWARD, BILM_BACKWARD),
+    "ElmoModel": (ElmoModel, {}, TRAINING_FORWARD, {}),
     "sequence head, frozen biLM": (ElmoForSequenceClassification, {}, INFERENCE_FORWARD, {}),
     "sequence head, biLM trained, task BiLSTM": (
         ElmoForSequenceClassification,
         {"freeze_bilm": False, "task_lstm_dim": 4, "pooling": "mean_max"},
         merged(TRAINING_FORWARD, TASK_BILSTM),
-        BILM_BACKWARD,
+        {},
     ),
     "token head, frozen biLM": (ElmoForTokenClassification, {}, INFERENCE_FORWARD, {}),
     "token head, CRF, biLM trained": (
         ElmoForTokenClassification,
         {"use_crf": True, "crf_constraint": "BIO", "freeze_bilm": False, "id2label": BIO_LABELS},
         TRAINING_FORWARD,
-        BILM_BACKWARD,
+        {},
     ),
     "pre-training, sampled softmax": (
         ElmoForPreTraining,
         {"lstm_dropout": 0.1},
         merged(TRAINING_FORWARD, PRETRAINING_LOSS),
-        merged(BILM_BACKWARD, PRETRAINING_BACKWARD),
+        PRETRAINING_BACKWARD,
     ),
 }
 

@@ -1,5 +1,5 @@
-"""The character CNN's kernels (`max_pooled_by_matmul`, `distinct_rows`) against the reference code of
-`modeling_elmo` (`conv_max_pooled`, `torch.unique`), fp32 within `FLOAT32_TOLERANCE`."""
+"""The character CNN's kernels (`max_pooled_by_matmul`, `distinct_rows_by_packed_keys`) against the reference code of
+`modeling_elmo` (`conv_max_pooled`, `distinct_rows_reference`: `torch.unique`), fp32 within `FLOAT32_TOLERANCE`."""
 
 import pytest
 import torch
@@ -13,13 +13,13 @@ from hf_elmo import ElmoModel, kernels_char_cnn
     [((200, 20), 5), ((200, 50), 262), ((300, 21), 4000), ((1, 7), 3), ((0, 20), 1)],
     ids=["few-ids", "bytes", "learned-vocabulary", "one-row", "empty"],
 )
-def test_distinct_rows_equals_torch_unique(shape, high):
+def test_distinct_rows_by_packed_keys_equals_the_reference(shape, high):
     """Exactly `torch.unique(dim=0, return_inverse=True)`: the same rows in the same order, the same inverse."""
     generator = torch.Generator().manual_seed(0)
     rows = torch.randint(0, high, shape, generator=generator)
     if len(rows) > 10:
         rows[::3] = rows[1::3][: len(rows[::3])]  # many repeated rows
-    distinct, inverse = kernels_char_cnn.distinct_rows(rows)
+    distinct, inverse = kernels_char_cnn.distinct_rows_by_packed_keys(rows)
     expected_distinct, expected_inverse = torch.unique(rows, dim=0, return_inverse=True)
     assert torch.equal(distinct, expected_distinct) and torch.equal(inverse, expected_inverse)
 

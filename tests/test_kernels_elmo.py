@@ -1,5 +1,5 @@
 """
-The registry of kernels and `choose_implementation`, which picks the reference code or a kernel for each call:
+The registry of kernels and `choose_path`, which picks the reference code or a kernel for each call:
 by the config, autograd and hooks, never by autocast; chosen at `from_pretrained`, never saved.
 """
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from utils import bilm_leaves, bilm_with_weights_of_scale, random_batch, spy_on_implementations, tiny_config
+from utils import bilm_leaves, bilm_with_weights_of_scale, random_batch, spy_on_kernels, tiny_config
 
 from hf_elmo import ElmoModel
 from hf_elmo.modeling_elmo import runs_only_its_forward
@@ -19,17 +19,26 @@ def test_the_choice_follows_the_config_autograd_and_autocast(monkeypatch):
     reference loop when the config asks for the reference) and `nn.Conv1d`; a frozen biLM or inference takes the
     in-place kernels; autocast the same kernels (their products in autocast's dtype).
     """
-    calls = spy_on_implementations(monkeypatch)
+    calls = spy_on_kernels(monkeypatch)
     torch.manual_seed(0)
     config = tiny_config()
     model = ElmoModel(config)
     input_ids, mask = random_batch(config, [4, 2])
     convolutions, n_layers = len(config.filters), config.n_layers
-    inference = ["distinct_rows"] + ["max_pooled_by_matmul"] * convolutions + ["lstm_layers_in_place"] * n_layers
+    distinct, checked = ["distinct_rows_by_packed_keys"], ["check_right_padding"]
+    inference = checked + distinct + ["max_pooled_by_matmul"] * convolutions + ["lstm_layers_in_place"] * n_layers
     trained = (
-        ["distinct_rows"] + ["conv_max_pooled"] * convolutions + ["lstm_layers_with_handwritten_backward"] * (n_layers)
+        checked
+        + distinct
+        + ["conv_max_pooled"] * convolutions
+        + ["lstm_layers_with_handwritten_backward"] * (n_layers)
     )
-    reference = ["unique_rows"] + ["conv_max_pooled"] * convolutions + ["lstm_layers_reference"] * n_layers
+    reference = (
+        checked
+        + ["distinct_rows_reference"]
+        + ["conv_max_pooled"] * convolutions
+        + ["lstm_layers_reference"] * n_layers
+    )
 
     model(input_ids, attention_mask=mask).last_hidden_state.sum().backward()
     assert calls == trained
@@ -88,7 +97,7 @@ def test_recurrence_implementation_is_chosen_at_from_pretrained(tmp_path, tiny_m
 
 def test_machine_settings_are_chosen_at_from_pretrained_and_not_saved(tmp_path):
     """The model's saved folder carries neither setting; `from_pretrained` chooses them for the config that
-    `choose_implementation` and `step_products` read."""
+    `choose_path` and `step_products` read."""
     ElmoModel(tiny_config(recurrence_implementation="reference", cpu_matmul="int8")).save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert "recurrence_implementation" not in saved and "cpu_matmul" not in saved

@@ -13,7 +13,7 @@ from utils import (
     random_batch,
     random_state,
     run_model,
-    spy_on_implementations,
+    spy_on_kernels,
     tiny_config,
 )
 
@@ -168,7 +168,7 @@ def test_bfloat16_weights_take_the_fast_recurrence(monkeypatch):
     config = tiny_config()
     model = ElmoModel(config).eval().to(torch.bfloat16)
     input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
-    calls = spy_on_implementations(monkeypatch)
+    calls = spy_on_kernels(monkeypatch)
     exact = run_model(model, input_ids, mask, False, monkeypatch)
     fast = run_model(model, input_ids, mask, True, monkeypatch)
     lstm_calls = [call for call in calls if "lstm" in call]

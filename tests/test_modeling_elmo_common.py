@@ -7,7 +7,7 @@ import json
 
 import pytest
 import torch
-from utils import FLOAT32_TOLERANCE, spy_on_implementations, tiny_config
+from utils import FLOAT32_TOLERANCE, spy_on_kernels, tiny_config
 
 from hf_elmo import (
     ElmoConfig,
@@ -288,10 +288,11 @@ def test_disk_offload_gives_the_outputs_of_the_whole_model(tester, tmp_path, nam
         tmp_path / "model", device_map=OFFLOAD_MAPS[name], offload_folder=tmp_path / "offload"
     ).eval()
     assert any(parameter.device.type == "meta" for parameter in offloaded.parameters())
-    calls = spy_on_implementations(monkeypatch)
+    calls = spy_on_kernels(monkeypatch)
     with torch.no_grad():
         output = offloaded(**inputs, output_hidden_states=True, return_final_state=True)
-    assert set(calls) == {"distinct_rows", "max_pooled_by_matmul", "lstm_layers_in_place"}  # kernels, hooks and all
+    kernels = {"distinct_rows_by_packed_keys", "max_pooled_by_matmul", "lstm_layers_in_place"}
+    assert set(calls) == {"check_right_padding", *kernels}  # kernels, hooks and all
     for got, want in zip(
         (*output.hidden_states, *output.final_state), (*expected.hidden_states, *expected.final_state), strict=True
     ):

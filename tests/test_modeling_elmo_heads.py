@@ -4,6 +4,8 @@ import copy
 
 import pytest
 import torch
+from safetensors.torch import load_file
+from torch import nn
 from torch.nn import functional as F
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification
 from utils import FLOAT32_TOLERANCE, tiny_config, word_vocab_tokenizer
@@ -14,9 +16,10 @@ from hf_elmo import (
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoScalarMix,
+    bundled_model_path,
 )
 from hf_elmo.loading import read_weights
-from hf_elmo.modeling_elmo import word_vectors_from_softmax
+from hf_elmo.modeling_elmo import ElmoTaskBiLstm, word_vectors_from_softmax
 
 SENTENCES = [["A", "short", "one", "."], ["The", "second", "sentence", "is", "a", "bit", "longer", "."]]
 
@@ -459,3 +462,39 @@ def test_the_word_vectors_start_from_exactly_the_pretraining_softmax_and_reload(
         make_head(ElmoForSequenceClassification).init_word_vectors(table)
     with pytest.raises(ValueError, match=r"^word_vector_dim \(above 0\) and word_vector_vocab_size go together"):
         ElmoForSequenceClassification.from_pretrained(tmp_path / "pretrained", word_vector_dim=8)  # no vocabulary size
+
+
+# -- the task BiLSTM --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("lengths", [[5, 2, 1], [4, 4]], ids=["padded", "full"])
+def test_the_task_bilstm_is_nn_lstm_over_each_rows_valid_positions_and_its_traced_form_agrees(lengths, monkeypatch):
+    """
+    `ElmoTaskBiLstm` is a bidirectional `nn.LSTM` run on each row's valid positions alone (the backward direction
+    starts at a row's last word, not at its padding): its eager call and its traced graph's form (run eagerly, as
+    while torch.export traces) equal `nn.LSTM` on each row alone within `FLOAT32_TOLERANCE`, zero at padding.
+    """
+    torch.manual_seed(0)
+    lstm = ElmoTaskBiLstm(tiny_config(task_lstm_dim=5), 6).eval()
+    features = torch.randn(len(lengths), max(lengths), 6)
+    mask = torch.arange(max(lengths))[None, :] < torch.tensor(lengths)[:, None]
+    with torch.no_grad():
+        expected = torch.zeros(len(lengths), max(lengths), 10)
+        for row, length in enumerate(lengths):
+            expected[row, :length] = nn.LSTM.forward(lstm, features[row : row + 1, :length])[0][0]
+        eager = lstm(features, mask)
+        with monkeypatch.context() as tracing:
+            tracing.setattr(torch.compiler, "is_exporting", lambda: True)
+            traced = lstm(features, mask)
+    assert (eager - expected).abs().max() <= FLOAT32_TOLERANCE
+    assert (traced - expected).abs().max() <= FLOAT32_TOLERANCE
+
+
+def test_the_bundled_classifier_loads_its_task_bilstm_unchanged():
+    """The task BiLSTM keeps `nn.LSTM`'s parameter names: a folder saved before it loads every weight as written."""
+    folder = bundled_model_path("ko-nsmc-sentiment")
+    model = ElmoForSequenceClassification.from_pretrained(folder)
+    assert isinstance(model.task_encoder.lstm, ElmoTaskBiLstm) and model.config.task_lstm_dim > 0
+    saved = load_file(f"{folder}/model.safetensors")
+    for name, value in model.task_encoder.lstm.named_parameters():
+        assert torch.equal(value, saved[f"task_encoder.lstm.{name}"]), name
