@@ -49,6 +49,8 @@ def resolve_file(path_or_url: str | os.PathLike, cache_dir: str | os.PathLike | 
     text = str(path_or_url)
     if not text.startswith(("http://", "https://")):
         path = Path(text)
+        if path.is_dir():
+            raise ElmoConversionError(f"{path} is a folder, where a file is needed (options.json or weights.hdf5)")
         if not path.is_file():
             raise ElmoConversionError(f"no such file: {path}")
         return path

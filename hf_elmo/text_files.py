@@ -2,9 +2,13 @@
 
 Lines are the bytes between `\\n`s, decoded as UTF-8 and stripped: line `i` of a file is the same line whoever reads
 it, which is what lets `embed` name its outputs by line index and split a file between processes by index alone.
+One rule for every reader (`embed`, `pretrain`, word counts): a line holding a control character that `str.split` does
+not take for whitespace (NUL, ESC, DEL, ...) is no more text than one that is not UTF-8. No sentence holds one, while
+binary and UTF-16 files hold them everywhere (so that 2,000 NUL bytes would otherwise be one "word").
 """
 
 import gzip
+import re
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -12,6 +16,8 @@ from pathlib import Path
 from .errors import first_line
 
 GZIP_MAGIC = b"\x1f\x8b"
+# The C0 control characters (and DEL) that are not whitespace to `str.split`.
+NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1b\x7f]")
 
 
 class TextFileError(ValueError):
@@ -42,8 +48,9 @@ def read_lines(
     path: str | Path, errors: str = "strict", shard: tuple[int, int] = (0, 1), max_characters: int | None = None
 ) -> Iterator[tuple[int, str | None]]:
     """
-    `(index, stripped text)` of each line, streamed. A line that is not UTF-8 raises `UndecodableLine` under
-    `errors="strict"`, has its bad bytes replaced under `"replace"` and comes as text None under `"skip"`.
+    `(index, stripped text)` of each line, streamed. A line that is not UTF-8, or not text (`NOT_TEXT`), raises
+    `UndecodableLine` under `errors="strict"`, has its bad bytes (or characters) replaced under `"replace"` and comes
+    as text None under `"skip"`.
     With `shard=(rank, world_size)`, only the lines `index % world_size == rank` (others are not decoded). A text of
     more than `max_characters` characters raises `LineTooLong`.
     """
@@ -61,6 +68,13 @@ def read_lines(
                             f"{path} line {index + 1}: not valid UTF-8 ({error.reason} at byte {error.start})"
                         ) from error
                     text = None
+                if text is not None and (control := NOT_TEXT.search(text)):
+                    if errors == "strict":
+                        raise UndecodableLine(
+                            f"{path} line {index + 1}: not text (control character U+{ord(control.group()):04X} at "
+                            f"character {control.start()}, as in binary and UTF-16 files)"
+                        )
+                    text = NOT_TEXT.sub("\ufffd", text) if errors == "replace" else None
                 text = None if text is None else text.strip()
                 if max_characters is not None and text is not None and len(text) > max_characters:
                     raise LineTooLong(

@@ -140,6 +140,9 @@ def test_truncated_and_foreign_files(tmp_path):
         convert_original(weight_file, weight_file, tmp_path / "out")
     with pytest.raises(ElmoConversionError, match="no such file"):
         convert_original(tmp_path / "missing.json", weight_file, tmp_path / "out")
+    with pytest.raises(ElmoConversionError) as raised:
+        convert_original(options_file, tmp_path, tmp_path / "out")  # a folder is not "no such file"
+    assert str(raised.value) == f"{tmp_path} is a folder, where a file is needed (options.json or weights.hdf5)"
     assert not (tmp_path / "out").exists()
 
 

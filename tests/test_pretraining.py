@@ -786,6 +786,22 @@ def test_a_missing_or_unreadable_text_file_is_one_line_before_anything_loads(tmp
     assert sorted(path.name for path in tmp_path.iterdir()) == ["valid.txt"]
 
 
+def test_text_holding_a_nul_byte_is_refused_as_embed_refuses_it(tmp_path, capsys):
+    """One rule wherever text is read (`text_files`): a line holding NUL is not text, for pre-training as for embed,
+    which refused it while pre-training trained on it. One line, exit status 2, nothing written."""
+    structured_text(tmp_path / "train.txt", 64, seed=0)
+    structured_text(tmp_path / "valid.txt", 8, seed=1)
+    with open(tmp_path / "train.txt", "ab") as handle:
+        handle.write(b"w0 w3\x00 w6\n")
+    code, err = command(short_run(tmp_path, tmp_path / "model"), capsys)
+    assert (code, err) == (
+        2,
+        f"hf-elmo: error: {tmp_path / 'train.txt'} line 65: not text (control character U+0000 at character 5, as in "
+        "binary and UTF-16 files)\n",
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["train.txt", "valid.txt"]
+
+
 def test_a_stopped_run_leaves_no_model_folder_and_resumes_past_a_half_written_checkpoint(
     tmp_path, monkeypatch, capsys
 ):

@@ -45,3 +45,32 @@ def test_sentences_are_the_non_blank_lines_of_every_file_in_order(tmp_path):
     (tmp_path / "a.txt").write_text("one\n\n  two  \n", encoding="utf-8")
     (tmp_path / "b.txt.gz").write_bytes(gzip.compress(b"\nthree\r\n"))
     assert list(read_sentences([tmp_path / "a.txt", str(tmp_path / "b.txt.gz")])) == ["one", "two", "three"]
+
+
+def test_a_line_with_a_control_character_is_not_text_under_each_errors_choice(tmp_path):
+    """NUL, ESC or DEL in a line: read as a line that is not UTF-8 would be. Tabs and the separators `str.split`
+    splits on stay text."""
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"a\tb\x1fc\nx\x00y\n\x1b[1mbold\nz\x7f\n")
+    with pytest.raises(UndecodableLine, match=r"in.txt line 2: not text \(control character U\+0000 at character 1,"):
+        list(read_lines(path, "strict"))
+    assert list(read_lines(path, "replace")) == [
+        (0, "a\tb\x1fc"),
+        (1, "x\ufffdy"),
+        (2, "\ufffd[1mbold"),
+        (3, "z\ufffd"),
+    ]
+    assert list(read_lines(path, "skip")) == [(0, "a\tb\x1fc"), (1, None), (2, None), (3, None)]
+    assert list(read_lines(path, "skip", shard=(1, 2))) == [(1, None), (3, None)]
+
+
+def test_pretraining_reads_a_control_character_as_embed_does(tmp_path):
+    """One rule for every reader: the sentences pre-training reads (`read_sentences`) refuse a line holding NUL as
+    `embed` does, where pre-training trained on it."""
+    (tmp_path / "in.txt").write_bytes(b"the cat\nsat\x00 on\n")
+    with pytest.raises(UndecodableLine) as raised:
+        list(read_sentences([tmp_path / "in.txt"]))
+    assert str(raised.value) == (
+        f"{tmp_path / 'in.txt'} line 2: not text (control character U+0000 at character 3, as in binary and UTF-16 "
+        "files)"
+    )
