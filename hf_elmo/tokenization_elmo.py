@@ -681,6 +681,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             raise ValueError("this tokenizer's model also reads word_input_ids: the features lack them")
         if self.word_vector_ids and "word_vector_ids" not in data:
             raise ValueError("this tokenizer gives word_vector_ids (word_vector_ids=True): the features lack them")
+        _refuse_string_labels(data)
         if return_attention_mask is not False and "attention_mask" not in data:
             data["attention_mask"] = [[1] * len(rows) for rows in data["input_ids"]]
         if padding not in (False, None, "do_not_pad"):
@@ -774,6 +775,23 @@ def pool_to_words(hidden, word_ids: list[list[int | None]]):
         weights /= weights.sum(dim=-1, keepdim=True).clamp(min=1)
     word_mask = torch.arange(words, device=hidden.device) < torch.tensor(counts, device=hidden.device)[:, None]
     return weights @ hidden, word_mask
+
+
+def _refuse_string_labels(data: dict) -> None:
+    """
+    A one-line `ValueError` for labels that are strings, which the Trainer's collator (`DataCollatorWithPadding`, which
+    calls `pad`) would meet as transformers' misleading "excessive nesting" error: `load_dataset("csv", ...)` keeps
+    a label column of `1`s and `0`s as strings.
+    """
+    for key in ("label", "labels", "label_ids"):
+        for value in data.get(key, []):
+            while isinstance(value, (list, tuple)) and value:  # a token-classification row: its first tag
+                value = value[0]
+            if isinstance(value, str):
+                raise ValueError(
+                    f"the features' {key!r} hold strings ({value!r}), where a head needs class ids: cast the column "
+                    f'first, e.g. dataset = dataset.cast_column("{key}", ClassLabel(names=[...])) (from datasets)'
+                )
 
 
 def _refuse_unsupported_arguments(unexpected: dict, text, text_target, text_pair_target, padding_side):

@@ -338,6 +338,24 @@ def test_a_model_folder_without_a_tokenizer_file_its_config_needs_is_refused_by_
         ElmoTokenizer.from_pretrained(folder)
 
 
+def test_string_labels_are_refused_in_one_line_naming_the_fix_before_the_collator_fails():
+    """The Trainer's collator pads through the tokenizer: labels read from a CSV as strings are refused there, in one
+    line naming the cast, where transformers' "excessive nesting" error came as a 40-line traceback."""
+    tokenizer = ElmoTokenizer()
+    features = [{**tokenizer(text), "label": label} for text, label in (("a good film", "1"), ("bad", "0"))]
+    with pytest.raises(ValueError) as raised:
+        DataCollatorWithPadding(tokenizer)(features)
+    assert str(raised.value) == (
+        "the features' 'label' hold strings ('1'), where a head needs class ids: cast the column first, e.g. "
+        'dataset = dataset.cast_column("label", ClassLabel(names=[...])) (from datasets)'
+    )
+    tagged = [{**tokenizer(["Ada", "runs"], is_split_into_words=True), "labels": ["B-PER", "O"]}]
+    with pytest.raises(ValueError, match=r"^the features' 'labels' hold strings \('B-PER'\), where a head needs"):
+        tokenizer.pad(tagged, return_tensors="pt")
+    features = [{**feature, "label": int(feature["label"])} for feature in features]
+    assert DataCollatorWithPadding(tokenizer)(features)["labels"].tolist() == [1, 0]
+
+
 @pytest.mark.parametrize("return_tensors", ["pt", "np"])
 def test_tokenizer_tensors_equal_its_lists(return_tensors):
     """The direct numpy conversion of padded batches gives what transformers' generic conversion gives."""
