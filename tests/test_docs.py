@@ -9,7 +9,8 @@ A snippet is a fenced block whose info string starts with `python` or `bash`. It
   `ko-morphemes` (the same with the `korean_morphemes` pre-tokenizer) and `my-elmo-onnx` (its ONNX export), which
   the shell blocks above it write.
 - `options.json`, `weights.hdf5` and `original/`: a tiny checkpoint in the original layout.
-- the text files a snippet names (`corpus.txt`, `train.txt`, `train.csv`, `train.conll`, ...): a few lines each.
+- the text files a snippet names (`corpus.txt`, `train.txt`, `train.csv`, `train.conll`, ...): a few lines each; the
+  CSV files have "text" and "label" columns, the labels names (`SENTIMENTS`), as users' files have them.
 
 Shell lines are `hf-elmo ...` (run in process by `hf_elmo.cli.main`) and `python examples/...` or `python
 conversion/...` (run in process as `__main__`), each of which must exit with 0. `MODEL` and `ELMO_FOLDER` stand for
@@ -19,10 +20,10 @@ it. `hf-elmo pretrain` runs one step (`PRETRAIN_LIMIT`): the same command, secon
 same` repeats the line above by another route: the output folder of that line is removed before it runs.
 
 Python blocks run in process, each in a fresh namespace holding the names the prose leaves to the reader
-(`python_names`): `folder` is a copy of the bundled `ko-nsmc`; `dataset` a `datasets.Dataset` of "text" and string
-"label" columns; `model` a sentence classifier with `label2id` (in docs/transformers.md a biLM, with `batch`, `state`
-and `classifier`); `tokenizer` the tiny model's; `words`, `tags`, `labels`, `elmo_folder`, `train_dataset`,
-`eval_dataset` a tagging task; `reference_texts` a few dozen sentences.
+(`python_names`): `folder` is a copy of the bundled `ko-nsmc`; `model` a sentence classifier with `label2id` (in
+docs/transformers.md a biLM, with `batch`, `state` and `classifier`); `tokenizer` the tiny model's; `words`, `tags`,
+`labels`, `elmo_folder`, `train_dataset`, `eval_dataset` a tagging task; `reference_texts` a few dozen sentences.
+README.md's blocks name no such input: they run as a user copies them, on the bundled models and `train.csv`.
 
 A marker says what is not run, and why: an HTML comment on the line before the fence, or the rest of the info string
 after the language (where a comment line does not fit, as in README.md):
@@ -32,6 +33,7 @@ after the language (where a comment line does not fit, as in README.md):
 - `continues the block above`: the Python block above in the same file runs first, in the same namespace.
 """
 
+import json
 import re
 import runpy
 import shlex
@@ -64,13 +66,16 @@ PRETRAIN_LIMIT = ["--max-steps", "1"]  # the same model, trained for one step in
 TINY_MODEL_FOLDERS = ["model", "outputs/elmo-original", "path/to/elmo", "path/to/elmo-folder"]
 ENGLISH = ["the cat sat on the mat .", "dogs bark at the cat .", "a good movie", "an awful plot"]
 KOREAN = ["배가 고프다", "배를 타고 여행을 가다", "정말 재미있고 감동적인 영화였어요", "배를 깎아 먹었다"]
+SENTIMENTS = ["positive", "positive", "positive", "negative"]  # the CSV files' labels, one per sentence of ENGLISH
+# The README's promise of a page a user reads through: depth goes to docs/.
+README_LINES = 120
 
 
 class Block:
     """A fenced block: where it starts (`file:line`), its language, its code and the marker before it."""
 
     def __init__(self, path: Path, line: int, language: str, code: str, marker: str, previous):
-        self.id = f"{path.relative_to(ROOT)}:{line}"
+        self.id, self.line = f"{path.relative_to(ROOT)}:{line}", line
         self.path, self.language, self.code, self.marker, self.previous = path, language, code, marker, previous
 
     def __repr__(self):
@@ -141,7 +146,7 @@ def write_text_files(folder: Path) -> None:
     lines = ENGLISH + KOREAN
     for name in ["corpus.txt", "korean_sentences.txt", "train.txt", "valid.txt", "pretraining-text.txt"]:
         (folder / name).write_text("\n".join(lines * 3) + "\n", encoding="utf-8")
-    rows = [f'"{text}",{label}' for text, label in zip(ENGLISH * 2, ["pos", "pos", "pos", "neg"] * 2, strict=True)]
+    rows = [f'"{text}",{label}' for text, label in zip(ENGLISH * 2, SENTIMENTS * 2, strict=True)]
     for name in ["train.csv", "validation.csv", "test.csv"]:
         (folder / name).write_text("text,label\n" + "\n".join(rows) + "\n", encoding="utf-8")
     tagged = "Ada B-PER\nwent O\nto O\nParis B-LOC\n\nBob B-PER\nsat O\n"
@@ -179,7 +184,6 @@ def python_names(block: Block, folder: Path, inputs: Path) -> dict:
         names["folder"] = str(shutil.copytree(hf_elmo.bundled_model_path("ko-nsmc"), folder / "folder"))
     tokenizer = ElmoTokenizer.from_pretrained(folder / "model")
     sentence_labels = {"negative": 0, "positive": 1}
-    names["dataset"] = datasets.Dataset.from_dict({"text": ENGLISH * 2, "label": ["positive", "negative"] * 4})
     names["reference_texts"] = (ENGLISH + KOREAN) * 4
     names["words"] = [["Ada", "went", "to", "Paris"], ["Bob", "sat"]]
     names["labels"] = ["O", "B-PER", "B-LOC"]
@@ -296,3 +300,48 @@ def test_snippet_runs(block, workdir, inputs):
         run_python(block, python_names(block, workdir, inputs))
     else:
         run_shell(block, workdir, inputs / "tiny")
+
+
+# -- README.md --------------------------------------------------------------------------------------------------------
+
+
+def test_the_readme_is_a_page_a_user_reads_through():
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= README_LINES, (
+        f"README.md has {len(lines)} lines, more than {README_LINES}: move depth to docs/"
+    )
+
+
+def readme_python_block(heading: str) -> Block:
+    """The first Python block of README.md under `## heading`."""
+    lines = (ROOT / "README.md").read_text(encoding="utf-8").splitlines()
+    start = lines.index(f"## {heading}") + 1
+    readme = [block for block in BLOCKS if block.path.name == "README.md" and block.language == "python"]
+    return next(block for block in readme if block.line > start)
+
+
+def test_the_readme_use_block_gives_the_layers_it_describes(workdir):
+    """On the bundled `ko-nsmc`, as written: the top layer `(batch, units + 2, 256)` and 3 layers."""
+    namespace = {}
+    run_python(readme_python_block("Use"), namespace)
+    output, batch = namespace["output"], namespace["batch"]
+    assert output.last_hidden_state.shape == (*batch["attention_mask"].shape, 256)
+    assert len(output.hidden_states) == 3
+    assert torch.equal(output.hidden_states[-1], output.last_hidden_state)
+
+
+def test_the_readme_fine_tuning_block_trains_on_a_csv_of_label_names(workdir):
+    """The README's Fine-tuning block as written, on a CSV file whose labels are names: `load_dataset` reads them as
+    strings, the cast makes them the class ids of a `ClassLabel`, the model's `id2label` is its names, and the
+    `Trainer` runs its steps (3 epochs of one batch) to a checkpoint."""
+    from datasets import load_dataset
+
+    assert load_dataset("csv", data_files="train.csv")["train"].features["label"].dtype == "large_string"
+    namespace = {}
+    run_python(readme_python_block("Fine-tuning"), namespace)
+    train, model = namespace["train"], namespace["model"]
+    assert train.features["label"].names == ["negative", "positive"]
+    assert list(train["label"]) == [["negative", "positive"].index(label) for label in SENTIMENTS * 2]
+    assert model.config.id2label == {0: "negative", 1: "positive"}
+    state = json.loads((workdir / "outputs/my-classifier/checkpoint-3/trainer_state.json").read_text())
+    assert state["global_step"] == 3
