@@ -566,21 +566,12 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """
-        As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`, a
-        biLM (`ElmoModel`, `ElmoForPreTraining`) also writes the files that make the folder a sentence-transformers
-        model, and a question-answering head its pipeline (see `folder_layout`).
+        As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`. A
+        class whose folder holds more (see `folder_layout`) overrides this and writes it after calling it.
         """
         if self.is_remote_code():
             self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **auto_map(AUTO_CLASSES)}
-        if isinstance(self, ElmoForQuestionAnswering):
-            self.config.custom_pipelines = QUESTION_ANSWERING_PIPELINE
-        saved = super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            if isinstance(self, (ElmoModel, ElmoForPreTraining)):
-                write_sentence_transformers_files(save_directory)
-            elif isinstance(self, ElmoForQuestionAnswering):
-                copy_question_answering_pipeline(save_directory)
-        return saved
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -625,6 +616,13 @@ class ElmoModel(ElmoPreTrainedModel):
         self.char_encoder = ElmoCharacterEncoder(config)
         self.bilm = ElmoBiLm(config)
         self.post_init()
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """As every ELMo model's; a biLM's folder is also a sentence-transformers model (`folder_layout`)."""
+        saved = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            write_sentence_transformers_files(save_directory)
+        return saved
 
     def get_input_embeddings(self) -> nn.Embedding:
         """The character table, `(alphabet rows, char_embedding_dim)` (262 rows for bytes): the lookup of input ids."""
@@ -843,7 +841,6 @@ class ElmoModel(ElmoPreTrainedModel):
         return hidden.to(dtype), memory.to(dtype)
 
 
-def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
 def check_right_padding(mask: torch.Tensor) -> None:
     """A one-line `ValueError` unless `mask` `(batch, positions)` marks each row's valid positions first."""
     lengths = mask.sum(dim=1, keepdim=True)
@@ -859,6 +856,7 @@ ALL_RIGHT_PADDING_CHECKS["traced"] = trust_right_padding
 
 
     """
+def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     `(batch, positions)` bool: `attention_mask`, or where absent the positions whose row holds a character. Not
     checked: [`ElmoModel`] checks it on every call.
     """
@@ -948,7 +946,6 @@ def task_bilstm_packed(module: ElmoTaskBiLstm, features: torch.Tensor, mask: tor
     return features * mask.unsqueeze(-1).to(features.dtype)
 
 
-def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
 def task_bilstm_scanned(module: ElmoTaskBiLstm, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """
     [`ElmoTaskBiLstm`] for a traced graph, which cannot depend on the rows' lengths: its weights step by step
@@ -971,6 +968,7 @@ ALL_TASK_BILSTMS["traced"] = task_bilstm_scanned
 
 
     """Pools `features` `(batch, positions, dim)` over `positions` (bool); rows without any give zeros."""
+def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
     valid = positions.unsqueeze(-1)
     pooled = []
     if pooling in ("mean", "mean_max"):
@@ -1319,6 +1317,15 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         return super().graph_input_names + ["token_type_ids"]
 
     def forward(
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """As every ELMo model's, with the question-answering pipeline: named in `config.custom_pipelines`, its file
+        copied beside the weights (`folder_layout`)."""
+        self.config.custom_pipelines = QUESTION_ANSWERING_PIPELINE
+        saved = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            copy_question_answering_pipeline(save_directory)
+        return saved
+
         self,
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
@@ -1487,6 +1494,13 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self.post_init()
 
     def forward(
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """As every ELMo model's; a biLM's folder is also a sentence-transformers model (`folder_layout`)."""
+        saved = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            write_sentence_transformers_files(save_directory)
+        return saved
+
         self,
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
