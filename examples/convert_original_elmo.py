@@ -26,7 +26,8 @@ SENTENCES = [
 
 def parse_arguments(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(
-        description="Convert the original English ELMo (bilm-tf / AllenNLP) and compare the word 'bank' in context."
+        description="Convert the original English ELMo (bilm-tf / AllenNLP) and compare the word 'bank' in context.",
+        allow_abbrev=False,
     )
     parser.add_argument(
         "--options-file",

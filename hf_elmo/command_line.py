@@ -1,28 +1,38 @@
 """The `hf-elmo` command line: its parser, and the answers that need no model (`parse_command`); `hf_elmo.cli.run`
-runs the parsed command. `is_path_only`, which the path check here and `hf_elmo.loading` both apply, is written here.
+runs the parsed command. What a model name stands for is `hf_elmo.model_names`', as `hf_elmo.loading` reads it.
 
-This module imports nothing from the package: `import hf_elmo` registers ELMo with transformers'
-Auto classes, which imports torch and transformers' model code, seconds before anything is printed
-(benchmarks/RESULTS.md, "Command start-up"). The `hf-elmo` console script, a module outside the package, runs this
-file without importing the package, so that `--help`, a subcommand's `--help`, an argument error and a path that does
-not exist are answered without them, as are the options of `embed` that cannot apply (`usage_error`: a count below
-1, `--mix` weights that are not numbers, or not one per layer of a local model's `config.json`); `python -m
-hf_elmo.cli` (the form `torchrun` and `accelerate launch` take) parses with the same `parse_command`. `hf-elmo
-pretrain` is the exception: its parser is transformers' `HfArgumentParser` over `TrainingArguments`, so even its
-`--help` imports transformers.
+This module imports nothing from the package but `hf_elmo.model_names`, which imports nothing: `import hf_elmo`
+registers ELMo with transformers' Auto classes, which imports transformers, seconds before anything is printed
+(benchmarks/RESULTS.md, "Command start-up"). The `hf-elmo` console script, a module outside the package, runs the two
+files without importing the package, so that `--help`, a subcommand's `--help`, an argument error, a path that does
+not exist (an input, a model folder, `pretrain`'s text files), an output that exists (`embed`'s) or that holds the
+inputs `--overwrite` would delete (`convert`'s, `export`'s) are answered without them, as are the options of `embed`
+that cannot apply (`usage_error`: a count below 1, `--mix` weights that are not numbers, or not one per layer of a
+local model's `config.json`); `python -m hf_elmo.cli` (the form `torchrun` and `accelerate launch` take) parses with
+the same `parse_command`. `hf-elmo pretrain` is parsed by transformers' `HfArgumentParser` over `TrainingArguments`,
+so even its `--help` imports transformers; only its text files are checked here.
 """
 
 import argparse
+import errno
 import importlib.util
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
+from .model_names import is_path_only, local_model_folder
+
 # The compute dtypes of `embed` (torch's names).
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
-# The bundled models' folders (`hf_elmo.bundled`), found from this file without importing the package.
-BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
+# `pretrain`'s text files, under both spellings `HfArgumentParser` accepts.
+PRETRAIN_TEXT_FLAGS = {
+    "--train-file": "--train-file",
+    "--train_file": "--train-file",
+    "--validation-file": "--validation-file",
+    "--validation_file": "--validation-file",
+}
 
 EMBED_DESCRIPTION = """\
 `hf-elmo embed MODEL INPUT OUTPUT` writes, for each line `i` of INPUT (one sentence per line, words separated by
@@ -47,9 +57,36 @@ runs each process on the GPU of its LOCAL_RANK. A resume may use any number of p
 """
 
 
+class CommandParser(argparse.ArgumentParser):
+    """
+    argparse without prefix matching (`--al` is not `--all`), naming an option it does not know before it says
+    what is missing: argparse checks required arguments first, so that `embed M IN OUT --alll` would say "one of the
+    arguments --all --top --average --mix is required" and never name the typo. Its subparsers are of this class too.
+    """
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, allow_abbrev=False, **kwargs)
+
+    def parse_known_args(self, args=None, namespace=None):
+        args = sys.argv[1:] if args is None else list(args)
+        # Up to the first positional that names a subparser, the rest being that subparser's to judge; after "--",
+        # every argument is positional. All options here are long, or -h.
+        subcommands = {name for action in self._actions if action.nargs == argparse.PARSER for name in action.choices}
+        own = []
+        for argument in args:
+            if argument == "--" or argument in subcommands:
+                break
+            own.append(argument)
+        # `_option_string_actions` is argparse's table of every option string the parser takes.
+        unknown = [a for a in own if a.startswith("--") and a.split("=", 1)[0] not in self._option_string_actions]
+        if unknown:
+            self.error(f"unrecognized arguments: {' '.join(unknown)}")
+        return super().parse_known_args(args, namespace)
+
+
 def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser:
     """The `hf-elmo` parser; `progs` renames subcommands run as standalone scripts (`{"convert": "convert.py"}`)."""
-    parser = argparse.ArgumentParser(prog="hf-elmo", description="ELMo models for Hugging Face transformers.")
+    parser = CommandParser(prog="hf-elmo", description="ELMo models for Hugging Face transformers.")
     commands = parser.add_subparsers(dest="command", required=True)
     progs = progs or {}
 
@@ -175,11 +212,6 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     return parser
 
 
-def is_path_only(name: str) -> bool:
-    """Whether a model name can only be a local path: a Hub id is `name` or `owner/name`, a bundled name is plain."""
-    return name.startswith((".", "/", "~")) or name.count("/") > 1
-
-
 def missing_path(args: argparse.Namespace) -> str | None:
     """The one-line error for an input file, model path or package on the command line that does not exist, or
     None."""
@@ -187,8 +219,24 @@ def missing_path(args: argparse.Namespace) -> str | None:
         return 'the quickstart needs the korean extra (kiwipiepy, Korean morphemes): pip install "kiwipiepy>=0.21"'
     if args.command == "quickstart" and args.plot is not None and not Path(args.plot).parent.is_dir():
         return f"no such folder for --plot: {Path(args.plot).parent}"
+    if args.command == "embed" and Path(args.input).is_dir():
+        return f"{args.input} is a folder; embed reads a text file"
     if args.command == "embed" and not Path(args.input).is_file():
         return f"no such input file: {args.input}"
+    if args.command == "embed" and Path(args.output).exists():  # the command says the same after its lock
+        return (
+            f"{Path(args.output)} exists"
+            + (" and is complete" if args.resume else "")
+            + "; remove it to write it again"
+        )
+    if args.command == "convert":
+        for path in local_inputs(args):
+            if not path.exists():
+                return (
+                    f"no such model folder or .zip: {path}"
+                    if args.format == "elmoformanylangs"
+                    else f"no such file: {path}"
+                )
     model = args.model_dir if args.command == "export" else getattr(args, "model", None)
     if model is not None and is_path_only(model) and not Path(model).expanduser().exists():
         return f"no such model folder: {model}"
@@ -226,14 +274,53 @@ def local_representation_layers(model: str) -> int | None:
     from `config.json` where the name is a local folder or a bundled model; None for a Hub id and for a config that
     cannot be read (the command's loader says why).
     """
-    folder = Path(model).expanduser()
-    if not folder.exists() and not is_path_only(model) and "/" not in model:
-        folder = BUNDLED_DIR / model
+    folder = local_model_folder(model)
+    if folder is None:
+        return None
     try:
         n_layers = json.loads((folder / "config.json").read_text(encoding="utf-8"))["n_layers"]
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return n_layers + 1 if isinstance(n_layers, int) else None
+
+
+def local_inputs(args: argparse.Namespace) -> list[Path]:
+    """The local files and folders `convert` or `export` reads (URLs, Hub ids and options not given left out)."""
+    if args.command == "export":
+        folder = local_model_folder(args.model_dir)
+        return [] if folder is None else [folder]
+    names = [args.model_dir] if args.format == "elmoformanylangs" else [args.options_file, args.weight_file]
+    return [
+        Path(name).expanduser() for name in names if name is not None and not name.startswith(("http://", "https://"))
+    ]
+
+
+def overwritten_input(args: argparse.Namespace) -> str | None:
+    """The one-line error for `convert` or `export` whose `--output-dir` is, or holds, one of its inputs: `--overwrite`
+    would delete it before reading it. None otherwise."""
+    if args.command not in ("convert", "export") or not args.overwrite:  # without it, a non-empty folder is refused
+        return None
+    output = Path(os.path.abspath(Path(args.output_dir).expanduser()))
+    for path in local_inputs(args):
+        if Path(os.path.abspath(path)).is_relative_to(output):
+            return f"{path} is inside --output-dir {output}, which --overwrite replaces: write to another folder"
+    return None
+
+
+def missing_text_file(argv: list[str]) -> str | None:
+    """The one-line error for a `pretrain` text file (`--train-file`, `--validation-file`) that does not exist, as
+    `hf_elmo.pretraining` words it; None otherwise. Its parser, transformers', takes seconds to import."""
+    flag = None
+    for argument in argv:
+        name, is_joined, value = argument.partition("=")
+        if argument.startswith("-"):
+            flag = PRETRAIN_TEXT_FLAGS.get(name)
+            if flag is None or not is_joined:
+                continue
+            argument = value
+        if flag is not None and not Path(argument).exists():
+            return f"cannot read {flag} {argument}: {os.strerror(errno.ENOENT)}"
+    return None
 
 
 def parse_command(argv=None, prog: str = "hf-elmo") -> tuple[str, argparse.Namespace | list[str]] | int:
@@ -244,12 +331,15 @@ def parse_command(argv=None, prog: str = "hf-elmo") -> tuple[str, argparse.Names
     """
     argv = sys.argv[1:] if argv is None else list(argv)
     if argv[:1] == ["pretrain"]:
+        if error := missing_text_file(argv[1:]):
+            print(f"{prog}: error: {error}", file=sys.stderr)
+            return 2  # as the command says it, once transformers is imported
         return "pretrain", argv[1:]
     args = build_parser({argv[0]: prog} if argv and prog != "hf-elmo" else None).parse_args(argv)
     if error := missing_path(args):
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 1
-    if error := usage_error(args):
+    if error := usage_error(args) or overwritten_input(args):
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     return args.command, args

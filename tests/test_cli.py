@@ -1,6 +1,7 @@
 """The `hf-elmo` command, run as a real subprocess on a small converted checkpoint, outputs read back and compared
 with `ElmoModel`."""
 
+import argparse
 import ast
 import errno
 import gzip
@@ -65,7 +66,8 @@ PROBE = textwrap.dedent("""
         code = main(sys.argv[1:])
     except SystemExit as exit:
         code = exit.code
-    loaded = sorted({name.split(".")[0] for name in sys.modules} & {"torch", "transformers", "hf_elmo"})
+    # A package is in sys.modules once imported; the launcher enters hf_elmo's torch-free modules without it.
+    loaded = sorted(set(sys.modules) & {"torch", "transformers", "hf_elmo"})
     print(code, *loaded, file=sys.stderr)
 """)
 
@@ -98,6 +100,117 @@ def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path
         result = probe(argv.split(), tmp_path)
         assert result.stderr.splitlines()[-1] == code, (argv, result.stderr)
     assert not (tmp_path / "out").exists()
+
+
+def test_errors_that_need_no_model_are_one_line_before_torch(tmp_path):
+    """A missing checkpoint file, a missing text file, an output that exists, a quickstart picture into a folder that
+    does not exist: each is answered in one line without importing torch or transformers (`probe` lists them)."""
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    (tmp_path / "out.h5").write_bytes(b"written before")
+    missing = tmp_path / "missing"
+    runs = {
+        f"convert --options-file {missing}.json --weight-file w.hdf5 --output-dir out": (
+            f"hf-elmo: error: no such file: {missing}.json",
+            "1",
+        ),
+        f"convert --format elmoformanylangs --model-dir {missing}.zip --output-dir out": (
+            f"hf-elmo: error: no such model folder or .zip: {missing}.zip",
+            "1",
+        ),
+        f"pretrain --train-file in.txt {missing}.txt --validation-file in.txt --output-dir out": (
+            f"hf-elmo: error: cannot read --train-file {missing}.txt: No such file or directory",
+            "2",
+        ),
+        f"pretrain --train-file in.txt --validation_file={missing}.txt --output-dir out": (
+            f"hf-elmo: error: cannot read --validation-file {missing}.txt: No such file or directory",
+            "2",
+        ),
+        "embed model in.txt out.h5 --top": ("hf-elmo: error: out.h5 exists; remove it to write it again", "1"),
+        "embed model in.txt out.h5 --top --resume": (
+            "hf-elmo: error: out.h5 exists and is complete; remove it to write it again",
+            "1",
+        ),
+        f"quickstart --plot {missing}/bae.png": (f"hf-elmo: error: no such folder for --plot: {missing}", "1"),
+    }
+    for argv, lines in runs.items():
+        result = probe(argv.split(), tmp_path)
+        assert result.stderr.splitlines() == list(lines), (argv, result.stderr)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "out.h5"]
+    assert (tmp_path / "out.h5").read_bytes() == b"written before"
+
+
+def test_an_unknown_option_is_named_and_no_option_is_abbreviated(tmp_path):
+    """`--al` is not `--all`, and `--alll` is named where argparse would say that a layer option is missing."""
+    runs = {
+        "embed model in.txt out.h5 --alll": "--alll",
+        "embed model in.txt out.h5 --al": "--al",
+        "convert --options-file o.json --weight-file w.hdf5 --output-dirr out": "--output-dirr",
+        "export --model-dir m --output-dir out --overwrit": "--overwrit",
+        "info model --verbose=1": "--verbose=1",
+        "--colour embed": "--colour",
+    }
+    for argv, unknown in runs.items():
+        result = probe(argv.split(), tmp_path)
+        assert result.stderr.splitlines()[-2:] == [
+            f"hf-elmo{' ' + argv.split()[0] if not argv.startswith('-') else ''}: error: unrecognized arguments: "
+            f"{unknown}",
+            "2",
+        ], (argv, result.stderr)
+    assert not list(tmp_path.iterdir())
+
+
+def test_every_argument_parser_takes_no_abbreviations():
+    """Every parser of the package, the conversion scripts and the examples is built with `allow_abbrev=False` (the
+    command's own class sets it for itself and its subparsers)."""
+    parsers = {"ArgumentParser", "HfArgumentParser", "ExampleArgumentParser"}
+    files = [
+        *(ROOT / "hf_elmo").rglob("*.py"),
+        *(ROOT / "conversion").glob("*.py"),
+        *(ROOT / "examples").rglob("*.py"),
+    ]
+    built = 0
+    for path in files:
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) in parsers:
+                built += 1
+                settings = {keyword.arg: keyword.value for keyword in node.keywords}
+                passed = settings.get("allow_abbrev")
+                assert isinstance(passed, ast.Constant) and passed.value is False, f"{path.name}:{node.lineno}"
+    assert built >= 10
+    parser = hf_elmo.command_line.build_parser()
+    assert parser.allow_abbrev is False
+    subparsers = next(action for action in parser._actions if action.nargs == argparse.PARSER)
+    assert all(subparser.allow_abbrev is False for subparser in subparsers.choices.values())
+
+
+def test_convert_and_export_overwrite_refuse_an_output_folder_holding_their_inputs(model_dir, tmp_path):
+    """`--overwrite` replaces the output folder whole: where that folder is, or holds, what the command reads, it
+    would delete its own input. One line, before anything loads, and every file stays."""
+    original = tmp_path / "original"
+    options, weights = write_original_checkpoint(original, tiny_config())
+    model = tmp_path / "model"
+    shutil.copytree(model_dir, model)
+    before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    runs = {
+        (*convert_args(options, weights, original), "--overwrite"): f"{options} is inside --output-dir {original}",
+        (*convert_args(options, weights, tmp_path), "--overwrite"): f"{options} is inside --output-dir {tmp_path}",
+        (
+            "export",
+            "--model-dir",
+            model,
+            "--output-dir",
+            model,
+            "--overwrite",
+        ): f"{model} is inside --output-dir {model}",
+    }
+    for argv, start in runs.items():
+        argv = ("convert", *argv) if argv[0] != "export" else argv
+        result = probe(argv, tmp_path)
+        assert result.stderr.splitlines() == [
+            f"hf-elmo: error: {start}, which --overwrite replaces: write to another folder",
+            "2",
+        ], (argv, result.stderr)
+    assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
 
 
 def test_embed_options_that_cannot_apply_are_answered_before_anything_loads(model_dir, tmp_path):
@@ -200,6 +313,9 @@ def test_bad_input_gives_one_line_errors(model_dir, tmp_path, capsys):
         return lines[0]
 
     assert "no such input file" in error_of(model_dir, tmp_path / "missing.txt", tmp_path / "o1.h5", "--top")
+    assert error_of(model_dir, tmp_path, tmp_path / "o0.h5", "--top").endswith(
+        f"{tmp_path} is a folder; embed reads a text file"
+    )
     assert "not an hf_elmo model folder" in error_of(tmp_path, good, tmp_path / "o2.h5", "--top")
     assert "no such model folder" in error_of(tmp_path / "nope", good, tmp_path / "o3.h5", "--top")
     assert "needs 3 weights" in error_of(model_dir, good, tmp_path / "o4.h5", "--mix", "1,2")

@@ -62,7 +62,7 @@ def best_answer(question: str, context: str, max_words: int, window: int) -> str
 
 
 def main(argv: list[str] | None = None) -> dict[str, float]:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--test-file", required=True, help="SQuAD-layout JSON (prepare_korquad.py's test.json)")
     parser.add_argument("--max-words", type=int, default=3, help="the most whitespace words a candidate spans")
     parser.add_argument("--window", type=int, default=8, help="words on each side of a candidate that are read")

@@ -21,7 +21,7 @@ def is_test_article(title: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0], allow_abbrev=False)
     parser.add_argument("--input", required=True, help="KorQuAD_v1.0_dev.json")
     parser.add_argument("--output-dir", required=True, help="where train.json and test.json are written")
     args = parser.parse_args(argv)

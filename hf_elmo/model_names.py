@@ -1,0 +1,28 @@
+"""What a model name on a command line can stand for, decided from the name and the disk alone.
+
+A name is a local folder, else a bundled model's name, else a Hub id (`hf_elmo.loading.resolve_model_name`, which
+loads it). The rules that need neither the network nor torch are here, so that the command line
+(`hf_elmo.command_line`, run by the console script without importing the package) and `hf_elmo.loading` apply the
+same ones. This module imports nothing from the package.
+"""
+
+from pathlib import Path
+
+# The bundled models' folders (`hf_elmo.bundled`), found from this file without importing the package.
+BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
+
+
+def is_path_only(name: str) -> bool:
+    """Whether a model name can only be a local path: a Hub id is `name` or `owner/name`, a bundled name is plain."""
+    return name.startswith((".", "/", "~")) or name.count("/") > 1
+
+
+def local_model_folder(name: str) -> Path | None:
+    """The folder on this machine that the model `name` stands for: the path itself where it exists, else the bundled
+    model of that name where there is one; None for a Hub id or a name that is neither."""
+    path = Path(name).expanduser()
+    if path.exists():
+        return path
+    if is_path_only(name) or "/" in name or not (BUNDLED_DIR / name / "config.json").is_file():
+        return None
+    return BUNDLED_DIR / name
