@@ -110,6 +110,8 @@ def prepare_embedding(args, process: JobProcess) -> tuple:
     check_device(device)
     # cpu_matmul is a machine setting of `ElmoConfig`, chosen at load time.
     model, tokenizer = load(args.model, device, dtype=getattr(torch, args.dtype), cpu_matmul=args.cpu_matmul)
+    if isinstance(model, ElmoHeadModel) and process.rank == 0:
+        print(f"hf-elmo: note: {bilm_note(args.model, model)}", file=sys.stderr)
     model = bilm_of(model)
     if tokenizer.pre_tokenizer == "korean_morphemes" and not args.pretokenize:
         # Split on whitespace, a line's words would reach the biLM as units it never read in pre-training (배를, not
@@ -134,6 +136,21 @@ def prepare_embedding(args, process: JobProcess) -> tuple:
         "sentence_to_index": not args.forget_sentences,
     }
     return model, tokenizer, layers, run_identity(input_path, args.model, model, options)
+
+
+# The bundled heads and the bundled biLM each was fine-tuned from.
+BUNDLED_PRETRAINED_BILMS = {"ko-nsmc-sentiment": "ko-nsmc"}
+
+
+def bilm_note(name: str, model: ElmoHeadModel) -> str:
+    """What `embed` says of a head's folder: which biLM gives the vectors (the head's own, which fine-tuning may have
+    changed), and where the pre-trained one is."""
+    trained = "frozen while its head trained" if model.config.freeze_bilm else "fine-tuned with its head"
+    source = BUNDLED_PRETRAINED_BILMS.get(name, "the model it was fine-tuned from")
+    return (
+        f"{name} holds a task head ({type(model).__name__}): embed uses its biLM, {trained}; for the pre-trained "
+        f"biLM, embed {source}"
+    )
 
 
 def check_device(device: str):
