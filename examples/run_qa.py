@@ -10,9 +10,10 @@ with the head) or a fine-tuned `ElmoForQuestionAnswering` folder. Each question 
 in windows of `--max_length` positions, `--stride` units apart; a training window without the answer is left out.
 The answer of a question is the best span of at most `--max_answer_length` units over its windows, scored with
 KorQuAD 1.0's measures (`korquad_scores`: exact match and character F1 of normalised answers, best over the gold
-answers, x 100), written to `output_dir/all_results.json`. The output folder (model, tokenizer, pipeline, model card)
-is ready for `push_to_hub` and answers through `pipeline("question-answering", model=folder,
-trust_remote_code=True)`. Every `TrainingArguments` option applies.
+answers, x 100), written to `output_dir/all_results.json`. `--max_train_samples` and `--max_eval_samples` keep a
+file's first questions, for a short run; each split's windows are made under a progress bar. The output folder
+(model, tokenizer, pipeline, model card) is ready for `push_to_hub` and answers through
+`pipeline("question-answering", model=folder, trust_remote_code=True)`. Every `TrainingArguments` option applies.
 """
 
 import collections
@@ -31,6 +32,7 @@ from run_steps import (
     load_model,
     output_written_whole,
 )
+from tqdm.auto import tqdm
 from transformers import Trainer, TrainingArguments
 
 from hf_elmo import ElmoForQuestionAnswering, ElmoTokenizer
@@ -113,12 +115,36 @@ def answer_positions(offsets, context_positions: list[int], start: int, end: int
     return first, last
 
 
-def windows_of(questions: list[Question], tokenizer: ElmoTokenizer, data_args, labelled: bool) -> tuple[list, list]:
+def windows_of(
+    questions: list[Question],
+    tokenizer: ElmoTokenizer,
+    data_args,
+    labelled: bool,
+    description: str | None = None,
+    chunk_size: int = 256,
+) -> tuple[list, list]:
     """
     The model's features of each question's windows, and for each window `(question index, offsets, context
     positions)`. With `labelled`, a window holds `start_positions` and `end_positions` of the first gold answer, and
-    windows without it are left out (none would be predicted there).
+    windows without it are left out (none would be predicted there). The questions are tokenized `chunk_size` at a
+    time under a progress bar named `description` (None: no bar): splitting KorQuAD's contexts into morphemes takes
+    minutes.
     """
+    features, windows = [], []
+    with tqdm(total=len(questions), desc=description, unit="questions", disable=description is None) as bar:
+        for first in range(0, len(questions), chunk_size):
+            chunk = questions[first : first + chunk_size]
+            chunk_features, chunk_windows = chunk_windows_of(chunk, first, tokenizer, data_args, labelled)
+            features += chunk_features
+            windows += chunk_windows
+            bar.update(len(chunk))
+    return features, windows
+
+
+def chunk_windows_of(
+    questions: list[Question], first: int, tokenizer: ElmoTokenizer, data_args, labelled: bool
+) -> tuple[list, list]:
+    """`windows_of` for `questions`, the questions from index `first` on."""
     encoding = tokenizer(
         [question.question for question in questions],
         [question.context for question in questions],
@@ -149,7 +175,7 @@ def windows_of(questions: list[Question], tokenizer: ElmoTokenizer, data_args, l
                 continue
             feature["start_positions"], feature["end_positions"] = span
         features.append(feature)
-        windows.append((index, offsets, context))
+        windows.append((first + index, offsets, context))
     return features, windows
 
 
@@ -206,7 +232,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             )
             if name is not None
         }
-    with output_written_whole(run.training_args):
+    with output_written_whole(run.training_args, run.output_lock):
         return fine_tune(run.model_args, data_args, run.training_args, run.model_name, splits, run.overrides)
 
 
@@ -225,8 +251,16 @@ def fine_tune(
     if model_args.from_scratch:  # the same shape and head, every weight drawn anew
         model = ElmoForQuestionAnswering(model.config)
 
+    # One bar, on the main process: each process of a distributed run tokenizes the same questions.
+    progress = training_args.process_index == 0 and not training_args.disable_tqdm
     features = {
-        split: windows_of(questions, tokenizer, data_args, labelled=split == "train")
+        split: windows_of(
+            questions,
+            tokenizer,
+            data_args,
+            labelled=split == "train",
+            description=f"{split} windows" if progress else None,
+        )
         for split, questions in splits.items()
     }
     trainer = Trainer(

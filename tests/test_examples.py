@@ -1224,3 +1224,24 @@ def test_answer_positions_cover_the_units_an_answer_touches():
     assert run_qa.answer_positions(offsets, context, 0, 5) == (1, 2)  # "1397년": the particle's unit is not in it
     assert run_qa.answer_positions(offsets, context, 2, 4) == (1, 1)  # inside one unit: that unit
     assert run_qa.answer_positions(offsets, [1, 2], 6, 10) is None  # past the window's units
+
+
+def test_run_qa_makes_windows_in_chunks_under_a_progress_bar(base_model, capsys):
+    """Chunks of questions give the windows of one call, each naming its question's index in the whole list."""
+    run_qa = import_example("run_qa")
+    tokenizer = ElmoTokenizer.from_pretrained(base_model)
+    context = "Ada lives in Paris and Bob lives in Rome today"
+    questions = [
+        run_qa.Question(str(i), f"Who lives in {city} ?", context, [(name, context.index(name))])
+        for i, (name, city) in enumerate([("Ada", "Paris"), ("Bob", "Rome")] * 3)
+    ]
+    arguments = run_qa.DataTrainingArguments(max_length=14, stride=2)
+    for labelled in (True, False):
+        whole = run_qa.windows_of(questions, tokenizer, arguments, labelled, chunk_size=len(questions))
+        capsys.readouterr()
+        chunked = run_qa.windows_of(
+            questions, tokenizer, arguments, labelled, description="train windows", chunk_size=4
+        )
+        assert "train windows: 100%" in capsys.readouterr().err
+        assert chunked == whole
+        assert sorted({index for index, _, _ in chunked[1]}) == list(range(len(questions)))
