@@ -855,9 +855,9 @@ def trust_right_padding(mask: torch.Tensor) -> None:
 ALL_RIGHT_PADDING_CHECKS["traced"] = trust_right_padding
 
 
-    """
 def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     `(batch, positions)` bool: `attention_mask`, or where absent the positions whose row holds a character. Not
+    """
     checked: [`ElmoModel`] checks it on every call.
     """
     return (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
@@ -873,6 +873,16 @@ def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor, config: Elmo
 
 
 class ElmoTaskEncoder(nn.Module):
+def second_sentence_positions(input_ids: torch.LongTensor, config: ElmoConfig) -> torch.LongTensor:
+    """
+    `(batch, positions)`: 1 at each position after the first `</S>` of its row, 0 before, as `ElmoTokenizer` sets
+    `token_type_ids` for a pair (`<S> first </S> <S> second </S>`).
+    """
+    _, end = config.alphabet.sentence_marker_row_ids()
+    ends = input_ids[..., 1] == end
+    return (ends.cumsum(dim=1) - ends.long() > 0).long()
+
+
     """
     The task-specific part shared by the heads: the ELMo mix of the biLM layers, optionally beside context-independent
     vectors of each position (`[x_k ; ELMo_k]`): a learned word vector (`config.word_vector_dim`, looked up by
@@ -967,9 +977,9 @@ def task_bilstm_scanned(module: ElmoTaskBiLstm, features: torch.Tensor, mask: to
 ALL_TASK_BILSTMS["traced"] = task_bilstm_scanned
 
 
-    """Pools `features` `(batch, positions, dim)` over `positions` (bool); rows without any give zeros."""
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
     valid = positions.unsqueeze(-1)
+    """Pools `features` `(batch, positions, dim)` over `positions` (bool); rows without any give zeros."""
     pooled = []
     if pooling in ("mean", "mean_max"):
         count = valid.sum(dim=1).clamp(min=1).to(features.dtype)
@@ -1316,7 +1326,6 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         """As for every model, and `token_type_ids`, which mark the context."""
         return super().graph_input_names + ["token_type_ids"]
 
-    def forward(
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As every ELMo model's, with the question-answering pipeline: named in `config.custom_pipelines`, its file
         copied beside the weights (`folder_layout`)."""
@@ -1327,6 +1336,7 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         return saved
 
         self,
+    def forward(
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
@@ -1342,7 +1352,8 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         r"""
         Args:
             input_ids, attention_mask: as for [`ElmoModel`]: a question and its context as a pair.
-            token_type_ids (`torch.LongTensor` of shape `(batch, positions)`): 0 on the question, 1 on the context.
+            token_type_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): 0 on the question, 1 on
+                the context; where absent, read from the pair's sentence markers as the tokenizer sets them.
             start_positions, end_positions (`torch.LongTensor` of shape `(batch,)`, *optional*): the positions of the
                 answer's first and last unit. A label outside the context's words (a window without the answer, or
                 a position past the row) is ignored, as transformers' heads ignore one past the sequence.
@@ -1352,8 +1363,8 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
                 with `word_vector_ids=True`.
         Returns `start_logits` and `end_logits` `(batch, positions)`.
         """
-        if token_type_ids is None:
-            raise ValueError("ElmoForQuestionAnswering needs token_type_ids marking the context (the pair's second)")
+        if token_type_ids is None:  # PEFT's question-answering model does not pass them on
+            token_type_ids = second_sentence_positions(input_ids, self.config)
         features, mask, hidden_states, penalty = self._encode(
             input_ids,
             attention_mask,
@@ -1493,7 +1504,6 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self.output_dropout = nn.Dropout(config.lstm_dropout)
         self.post_init()
 
-    def forward(
     def save_pretrained(self, save_directory, *args, **kwargs):
         """As every ELMo model's; a biLM's folder is also a sentence-transformers model (`folder_layout`)."""
         saved = super().save_pretrained(save_directory, *args, **kwargs)
@@ -1502,6 +1512,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         return saved
 
         self,
+    def forward(
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,

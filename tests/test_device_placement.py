@@ -17,6 +17,7 @@ from utils import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match,
 
 from hf_elmo import (
     ElmoForPreTraining,
+    ElmoForQuestionAnswering,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -82,6 +83,13 @@ CASES = {
         TRAINING_FORWARD,
         {},
     ),
+    "question-answering head, frozen biLM": (ElmoForQuestionAnswering, {}, INFERENCE_FORWARD, {}),
+    "question-answering head, biLM trained, modeling BiLSTM": (
+        ElmoForQuestionAnswering,
+        {"freeze_bilm": False, "task_lstm_dim": 4},
+        merged(TRAINING_FORWARD, TASK_BILSTM, TASK_BILSTM),
+        {},
+    ),
     "pre-training, sampled softmax": (
         ElmoForPreTraining,
         {"lstm_dropout": 0.1},
@@ -92,10 +100,19 @@ CASES = {
 
 
 def make_batch(model_class) -> dict[str, torch.Tensor]:
-    """Three sentences of different lengths, padded, with labels for `model_class`."""
-    batch = ElmoTokenizer(max_characters_per_token=20)(
-        SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt"
-    )
+    """Three sentences of different lengths, padded, with labels for `model_class`; for a question-answering head,
+    each one's first word as a question and the rest as its context, with an answer in each context."""
+    tokenizer = ElmoTokenizer(max_characters_per_token=20)
+    if model_class is ElmoForQuestionAnswering:
+        pairs = [sentence[:1] for sentence in SENTENCES], [sentence[1:] for sentence in SENTENCES]
+        batch = tokenizer(*pairs, is_split_into_words=True, padding=True, return_tensors="pt")
+        # `<S> q </S> <S>` come first: the context's words start at position 4.
+        return {
+            **{name: batch[name] for name in ("input_ids", "attention_mask", "token_type_ids")},
+            "start_positions": torch.tensor([4, 5, 4]),
+            "end_positions": torch.tensor([5, 8, 4]),
+        }
+    batch = tokenizer(SENTENCES, is_split_into_words=True, padding=True, return_tensors="pt")
     inputs = {"input_ids": batch["input_ids"], "attention_mask": batch["attention_mask"]}
     generator = torch.Generator().manual_seed(0)
     positions = inputs["attention_mask"].shape

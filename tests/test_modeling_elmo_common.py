@@ -1,25 +1,33 @@
 """
-transformers' conventions for ElmoModel, both heads and ElmoForPreTraining, in the manner of its common test mixins
-(`ModelTesterMixin`, `ConfigTester`, the loading checks of `test_modeling_utils.py`): one test per convention.
+transformers' conventions for ElmoModel, the three heads and ElmoForPreTraining, in the manner of its common test
+mixins (`ModelTesterMixin`, `ConfigTester`, the loading checks of `test_modeling_utils.py`): one test per convention.
 """
 
 import json
 
 import pytest
 import torch
+from transformers.modeling_outputs import QuestionAnsweringModelOutput
 from utils import FLOAT32_TOLERANCE, spy_on_kernels, tiny_config
 
 from hf_elmo import (
     ElmoConfig,
     ElmoForPreTraining,
+    ElmoForQuestionAnswering,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
     ElmoTokenizer,
 )
 
-ALL_MODEL_CLASSES = (ElmoModel, ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForPreTraining)
-HEAD_CLASSES = (ElmoForSequenceClassification, ElmoForTokenClassification)
+HEAD_CLASSES = (ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForQuestionAnswering)
+ALL_MODEL_CLASSES = (ElmoModel, *HEAD_CLASSES, ElmoForPreTraining)
+# Each head's own layers (beside the biLM and the task encoder), which PEFT trains in full.
+HEAD_LAYERS = {
+    ElmoForSequenceClassification: ["classifier"],
+    ElmoForTokenClassification: ["classifier"],
+    ElmoForQuestionAnswering: ["attention", "qa_outputs"],
+}
 
 
 class ElmoModelTester:
@@ -40,10 +48,18 @@ class ElmoModelTester:
     def get_config(self, **overrides) -> ElmoConfig:
         return tiny_config(**{**self.config_overrides, **overrides})
 
-    def prepare_inputs(self, sentences=None) -> dict[str, torch.Tensor]:
-        encoded = self.tokenizer(
-            sentences or self.sentences, is_split_into_words=True, padding=True, return_tensors="pt"
-        )
+    def prepare_inputs(self, sentences=None, model_class=None) -> dict[str, torch.Tensor]:
+        """A padded batch of `sentences`; for `ElmoForQuestionAnswering`, pairs of each one's first third (the
+        question) and the rest (the context)."""
+        sentences = sentences or self.sentences
+        if model_class is ElmoForQuestionAnswering:
+            pairs = (
+                [sentence[: len(sentence) // 3] for sentence in sentences],
+                [sentence[len(sentence) // 3 :] for sentence in sentences],
+            )
+            encoded = self.tokenizer(*pairs, is_split_into_words=True, padding=True, return_tensors="pt")
+            return {name: encoded[name] for name in ("input_ids", "attention_mask", "token_type_ids")}
+        encoded = self.tokenizer(sentences, is_split_into_words=True, padding=True, return_tensors="pt")
         return {"input_ids": encoded["input_ids"], "attention_mask": encoded["attention_mask"]}
 
     def create_model(self, model_class, seed: int = 0, **overrides):
@@ -51,13 +67,9 @@ class ElmoModelTester:
         return model_class(self.get_config(**overrides)).eval()
 
     def main_output(self, model, **kwargs) -> torch.Tensor:
-        """The first tensor of the model's output: top layer, logits, or (for pre-training) forward logits."""
-        output = model(**self.prepare_inputs(), **kwargs)
-        return (
-            output.last_hidden_state
-            if isinstance(model, ElmoModel)
-            else (output.forward_logits if isinstance(model, ElmoForPreTraining) else output.logits)
-        )
+        """The first tensor of the model's output: top layer, logits, start logits, or pre-training's forward
+        logits."""
+        return model(**self.prepare_inputs(model_class=type(model)), **kwargs, return_dict=False)[0]
 
 
 @pytest.fixture
@@ -105,7 +117,7 @@ def test_config_accepts_the_keys_another_model_type_writes(tmp_path):
 @pytest.mark.parametrize("model_class", ALL_MODEL_CLASSES)
 def test_hidden_states_count_and_shape(tester, model_class):
     model = tester.create_model(model_class, n_layers=3)
-    inputs = tester.prepare_inputs()
+    inputs = tester.prepare_inputs(model_class=model_class)
     with torch.no_grad():
         hidden_states = model(**inputs, output_hidden_states=True).hidden_states
     assert len(hidden_states) == model.config.num_hidden_layers + 1
@@ -115,7 +127,7 @@ def test_hidden_states_count_and_shape(tester, model_class):
 
 @pytest.mark.parametrize("model_class", ALL_MODEL_CLASSES)
 def test_hidden_states_follow_the_config(tester, model_class):
-    inputs = tester.prepare_inputs()
+    inputs = tester.prepare_inputs(model_class=model_class)
     model = tester.create_model(model_class, output_hidden_states=True)
     with torch.no_grad():
         assert model(**inputs).hidden_states is not None
@@ -130,7 +142,7 @@ def test_hidden_states_are_in_the_autograd_graph(tester, model_class):
     """`retain_grad()` on every returned layer gets a gradient from the output, as Captum's attributions need."""
     model = tester.create_model(model_class)
     model.enable_input_require_grads()  # the heads' biLM is frozen: the graph starts at the character table
-    output = model(**tester.prepare_inputs(), output_hidden_states=True)
+    output = model(**tester.prepare_inputs(model_class=model_class), output_hidden_states=True)
     for layer in output.hidden_states:
         layer.retain_grad()
     main = output.last_hidden_state if model_class is ElmoModel else output[0]
@@ -142,7 +154,7 @@ def test_hidden_states_are_in_the_autograd_graph(tester, model_class):
 @pytest.mark.parametrize("model_class", ALL_MODEL_CLASSES)
 def test_tuple_outputs_equal_dict_outputs(tester, model_class):
     model = tester.create_model(model_class)
-    inputs = tester.prepare_inputs()
+    inputs = tester.prepare_inputs(model_class=model_class)
     with torch.no_grad():
         as_dict = model(**inputs, output_hidden_states=True)
         as_tuple = model(**inputs, output_hidden_states=True, return_dict=False)
@@ -176,7 +188,7 @@ def test_pretraining_without_labels_returns_the_softmax_logits(tester):
 @pytest.mark.parametrize("model_class", ALL_MODEL_CLASSES)
 def test_attention_outputs_and_inputs_embeds_are_refused(tester, model_class):
     model = tester.create_model(model_class)
-    inputs = tester.prepare_inputs()
+    inputs = tester.prepare_inputs(model_class=model_class)
     with torch.no_grad():
         model(**inputs, output_attentions=False, inputs_embeds=None)
         with pytest.raises(ValueError, match="no attention"):
@@ -212,7 +224,7 @@ def test_enable_input_require_grads(tester, model_class):
     """A frozen biLM gives outputs without a graph to the inputs until `enable_input_require_grads`, as PEFT uses."""
     model = tester.create_model(model_class)
     assert model.config.freeze_bilm
-    inputs = tester.prepare_inputs()
+    inputs = tester.prepare_inputs(model_class=model_class)
     assert not model(**inputs, output_hidden_states=True).hidden_states[-1].requires_grad
     model.enable_input_require_grads()
     assert model(**inputs, output_hidden_states=True).hidden_states[-1].requires_grad
@@ -226,15 +238,14 @@ def test_enable_input_require_grads(tester, model_class):
 @pytest.mark.parametrize("model_class", ALL_MODEL_CLASSES)
 def test_torch_export_agrees_with_eager(tester, model_class):
     model = tester.create_model(model_class)
-    inputs = tester.prepare_inputs()
-    program = torch.export.export(model, (inputs["input_ids"], inputs["attention_mask"]))
-    exported = program.module()
+    inputs = tester.prepare_inputs(model_class=model_class)
+    exported = torch.export.export(model, (), inputs).module()
     # Other sentences of the same shapes: the program holds no value of the batch it was traced with.
-    other = tester.prepare_inputs([["another", "one", "here"], ["and", "a", "second", "one", "of", "seven", "words"]])
-    for batch in (inputs, other):
+    other = [["another", "one", "here"], ["and", "a", "second", "one", "of", "seven", "words"]]
+    for batch in (inputs, tester.prepare_inputs(other, model_class)):
         with torch.no_grad():
-            eager = model(batch["input_ids"], batch["attention_mask"])[0]
-        assert max_difference(exported(batch["input_ids"], batch["attention_mask"])[0], eager) <= FLOAT32_TOLERANCE
+            eager = model(**batch)[0]
+        assert max_difference(exported(**batch)[0], eager) <= FLOAT32_TOLERANCE
 
 
 def test_torch_export_of_a_head_with_a_task_bilstm_agrees_with_eager(tester):
@@ -266,11 +277,18 @@ OFFLOAD_MAPS = {
 }
 
 
-def head_labels(model_class) -> torch.Tensor:
-    """Labels for `ElmoModelTester.prepare_inputs()`: a class per sentence, or per position."""
+def head_labels(model_class) -> dict[str, torch.Tensor]:
+    """Labels for `ElmoModelTester.prepare_inputs()`: a class per sentence or per position, or an answer's span."""
     if model_class is ElmoForSequenceClassification:
-        return torch.tensor([0, 2])
-    return torch.tensor([[0, 1, 2, 1, 0, 0, 0, 0, 0], [0, 1, 2, 1, 2, 1, 2, 1, 0]])
+        return {"labels": torch.tensor([0, 2])}
+    if model_class is ElmoForQuestionAnswering:
+        return {"start_positions": torch.tensor([4, 6]), "end_positions": torch.tensor([5, 8])}  # in the contexts
+    return {"labels": torch.tensor([[0, 1, 2, 1, 0, 0, 0, 0, 0], [0, 1, 2, 1, 2, 1, 2, 1, 0]])}
+
+
+def head_scores(output) -> torch.Tensor:
+    """A head's scores: its logits, or the start logits of an answer."""
+    return output.start_logits if isinstance(output, QuestionAnsweringModelOutput) else output.logits
 
 
 def with_prefix(device_map: dict[str, str], prefix: str) -> dict[str, str]:
@@ -309,19 +327,19 @@ def test_disk_offload_gives_the_outputs_of_the_whole_model(tester, tmp_path, nam
 def test_disk_offload_of_a_head(tester, tmp_path, model_class):
     model = tester.create_model(model_class)
     model.save_pretrained(tmp_path / "model")
-    inputs = tester.prepare_inputs()
+    inputs = tester.prepare_inputs(model_class=model_class)
     device_map = {
         **with_prefix(OFFLOAD_MAPS["layers-alternating"], "elmo."),
         "task_encoder": "disk",
-        "classifier": "cpu",
+        **dict.fromkeys(HEAD_LAYERS[model_class], "cpu"),
     }
     offloaded = model_class.from_pretrained(
         tmp_path / "model", device_map=device_map, offload_folder=tmp_path / "offload"
     ).eval()
     labels = head_labels(model_class)
     with torch.no_grad():
-        expected, output = model(**inputs, labels=labels), offloaded(**inputs, labels=labels)
-    assert max_difference(output.logits, expected.logits) <= FLOAT32_TOLERANCE
+        expected, output = model(**inputs, **labels), offloaded(**inputs, **labels)
+    assert max_difference(head_scores(output), head_scores(expected)) <= FLOAT32_TOLERANCE
     assert abs(output.loss.item() - expected.loss.item()) <= FLOAT32_TOLERANCE
 
 
@@ -362,10 +380,16 @@ def test_no_split_modules_name_module_classes():
 
 
 @pytest.mark.parametrize(
-    "model_class, task_type", [(ElmoForSequenceClassification, "SEQ_CLS"), (ElmoForTokenClassification, "TOKEN_CLS")]
+    "model_class, task_type",
+    [
+        (ElmoForSequenceClassification, "SEQ_CLS"),
+        (ElmoForTokenClassification, "TOKEN_CLS"),
+        (ElmoForQuestionAnswering, "QUESTION_ANS"),
+    ],
 )
 def test_peft_lora_on_a_head(tester, tmp_path, model_class, task_type):
-    """LoRA on the character encoder's projection, the classifier trained in full; the adapter saves and reloads."""
+    """LoRA on the character encoder's projection, the head's own layers trained in full; the adapter saves and
+    reloads."""
     peft = pytest.importorskip("peft")
 
     model = tester.create_model(model_class)
@@ -374,15 +398,15 @@ def test_peft_lora_on_a_head(tester, tmp_path, model_class, task_type):
         r=2,
         lora_alpha=4,
         target_modules=["projection"],
-        modules_to_save=["classifier"],
+        modules_to_save=HEAD_LAYERS[model_class],
         init_lora_weights=False,
     )
     peft_model = peft.get_peft_model(model, lora)
     trainable = {name for name, parameter in peft_model.named_parameters() if parameter.requires_grad}
     assert trainable and all("lora_" in name or "modules_to_save" in name for name in trainable)
-    inputs = tester.prepare_inputs()
+    inputs = tester.prepare_inputs(model_class=model_class)
     labels = head_labels(model_class)
-    output = peft_model(**inputs, labels=labels)
+    output = peft_model(**inputs, **labels)
     output.loss.backward()
     lora_gradients = [parameter.grad for name, parameter in peft_model.named_parameters() if "lora_A" in name]
     assert lora_gradients and all(gradient is not None and gradient.abs().sum() > 0 for gradient in lora_gradients)
@@ -390,10 +414,11 @@ def test_peft_lora_on_a_head(tester, tmp_path, model_class, task_type):
         for parameter in peft_model.parameters():
             if parameter.requires_grad:
                 parameter.sub_(0.1 * parameter.grad)
-        adapted = peft_model(**inputs).logits
+        adapted = head_scores(peft_model(**inputs))
     peft_model.save_pretrained(tmp_path / "adapter")
 
     reloaded = peft.PeftModel.from_pretrained(tester.create_model(model_class), tmp_path / "adapter").eval()
     with torch.no_grad():
-        assert max_difference(reloaded(**inputs).logits, adapted) <= FLOAT32_TOLERANCE
-        assert max_difference(reloaded(**inputs).logits, tester.create_model(model_class)(**inputs).logits) > 1e-4
+        reloaded_scores = head_scores(reloaded(**inputs))
+        assert max_difference(reloaded_scores, adapted) <= FLOAT32_TOLERANCE
+        assert max_difference(reloaded_scores, head_scores(tester.create_model(model_class)(**inputs))) > 1e-4

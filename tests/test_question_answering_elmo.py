@@ -8,6 +8,7 @@ from transformers import AutoModelForQuestionAnswering, pipeline
 from utils import FLOAT32_TOLERANCE, tiny_config
 
 from hf_elmo import ElmoForQuestionAnswering, ElmoQuestionAnsweringPipeline, ElmoTokenizer
+from hf_elmo.modeling_elmo import second_sentence_positions
 from hf_elmo.question_answering_elmo import best_spans
 
 QUESTIONS = ["who sat on the mat ?", "where"]
@@ -65,11 +66,31 @@ def test_the_loss_is_the_mean_of_both_cross_entropies_and_ignores_labels_off_the
     assert model.qa_outputs.weight.grad is not None and model.elmo.bilm.forward_layers[0].input_kernel.grad is None
 
 
-def test_the_context_is_needed():
+def test_without_token_type_ids_the_context_is_read_from_the_pairs_markers():
+    """PEFT's question-answering model does not pass `token_type_ids` on: the pair's `</S>` says where the context
+    starts, as the tokenizer's `token_type_ids` do (padded rows and windows of a long context alike)."""
     model, tokenizer = make_model(), ElmoTokenizer(20)
-    encoding = tokenizer(QUESTIONS, CONTEXTS, padding=True, return_tensors="pt")
-    with pytest.raises(ValueError, match="needs token_type_ids"):
-        model(encoding["input_ids"], encoding["attention_mask"])
+    for encoding in (
+        tokenizer(QUESTIONS, CONTEXTS, padding=True, return_tensors="pt"),
+        tokenizer(
+            QUESTIONS[:1],
+            CONTEXTS[:1],
+            max_length=14,
+            stride=2,
+            truncation="only_second",
+            return_overflowing_tokens=True,
+            padding=True,
+            return_tensors="pt",
+        ),
+    ):
+        valid = encoding["attention_mask"].bool()  # the tokenizer's token_type_ids are 0 at padding
+        derived = second_sentence_positions(encoding["input_ids"], model.config)
+        assert torch.equal(derived[valid], encoding["token_type_ids"][valid])
+        with torch.no_grad():
+            inferred = model(encoding["input_ids"], encoding["attention_mask"])
+            given = model(encoding["input_ids"], encoding["attention_mask"], encoding["token_type_ids"])
+        assert torch.equal(inferred.start_logits, given.start_logits)
+        assert torch.equal(inferred.end_logits, given.end_logits)
 
 
 def test_best_spans_are_the_best_products_within_the_length():

@@ -2,6 +2,7 @@
 
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -9,11 +10,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from trainer_data import ENTITY_LABELS, entity_dataset, sentence_dataset
+from datasets import Dataset
+from trainer_data import ENTITY_LABELS, FILLER, PLACES, entity_dataset, sentence_dataset
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
 from utils import tiny_config, torch_threads
 
-from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification, ElmoModel, ElmoTokenizer
+from hf_elmo import (
+    ElmoForQuestionAnswering,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+)
 
 pytest.importorskip("accelerate")
 TESTS_DIR = Path(__file__).resolve().parent
@@ -113,6 +121,47 @@ def test_trainer_trains_token_head(base_checkpoint, tmp_path):
         positions = len(features["input_ids"])
         assert labels[0] == -100 and (labels[1 : positions - 1] != -100).all()
         assert (labels[positions - 1 :] == -100).all()
+
+
+def answer_dataset(tokenizer, n: int, seed: int) -> Dataset:
+    """ "where ?" and a context of filler words around one place, whose position is the answer; tokenized as pairs."""
+    rng = random.Random(seed)
+    contexts, answers = [], []
+    for _ in range(n):
+        words = rng.sample(FILLER, 4)
+        answer = rng.randrange(len(words) + 1)
+        contexts.append(words[:answer] + rng.sample(PLACES, 1) + words[answer:])
+        answers.append(4 + answer)  # `<S> where ? </S> <S>` come first
+
+    def tokenize(batch):
+        encoding = tokenizer([["where", "?"]] * len(batch["words"]), batch["words"], is_split_into_words=True)
+        return {**encoding, "start_positions": batch["answer"], "end_positions": batch["answer"]}
+
+    dataset = Dataset.from_dict({"words": contexts, "answer": answers})
+    return dataset.map(tokenize, batched=True, remove_columns=["words", "answer"])
+
+
+def test_trainer_trains_question_answering_head_under_bf16_autocast(base_checkpoint, tmp_path):
+    """The stock Trainer with `bf16=True` (autocast, on the CPU where there is no GPU) trains the question-answering
+    head: its loss falls, its weights stay float32, and it picks the place far above chance."""
+    tokenizer = ElmoTokenizer.from_pretrained(base_checkpoint)
+    torch.manual_seed(0)  # the head's initialisation
+    model = ElmoForQuestionAnswering.from_pretrained(base_checkpoint, task_lstm_dim=8, mix_dropout=0.0)
+    trainer = Trainer(
+        model=model,
+        args=training_args(tmp_path / "run", bf16=True),
+        processing_class=tokenizer,
+        train_dataset=answer_dataset(tokenizer, 64, seed=0),
+        eval_dataset=answer_dataset(tokenizer, 16, seed=1),
+    )
+    before = trainer.evaluate()["eval_loss"]
+    trainer.train()
+    after = trainer.evaluate()["eval_loss"]
+    assert after < 0.8 * before, (before, after)
+    assert {parameter.dtype for parameter in trainer.model.parameters()} == {torch.float32}
+    prediction = trainer.predict(trainer.eval_dataset)
+    start_logits, _ = prediction.predictions
+    assert (start_logits.argmax(-1) == prediction.label_ids[0]).mean() >= 0.5  # chance: 1 in 5 context words
 
 
 def test_trainer_trains_token_head_with_crf(tmp_path):
