@@ -99,7 +99,7 @@ def checked_run(argument_types: tuple, argv: list[str] | None, head_options: tup
     status 1). The block checks the rest of its data; a `UsageError` raised here or in the block ends the script in
     one line, exit status 2, and drops the lock. After the block: pinned memory only for a GPU, and the seed set.
     """
-    parser = ExampleArgumentParser((*argument_types, OutputArguments, TrainingArguments))
+    parser = ExampleArgumentParser((*argument_types, OutputArguments, TrainingArguments), allow_abbrev=False)
     model_args, data_args, output_args, training_args = parser.parse(argv)
     logging.basicConfig(
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",

@@ -363,6 +363,7 @@ def build_parser() -> HfArgumentParser:
         (DataArguments, ModelArguments, PretrainingArguments),
         prog="hf-elmo pretrain",
         description="Pre-train an ELMo biLM from scratch on one-sentence-per-line text.",
+        allow_abbrev=False,
     )
 
 

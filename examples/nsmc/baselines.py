@@ -72,7 +72,7 @@ def char_ngram_baseline(splits: dict, c_values: list[float]) -> dict:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--data-dir", default="outputs/nsmc/data")
     parser.add_argument("--train-file", default="train.csv", help="labelled training file inside --data-dir")
     parser.add_argument(

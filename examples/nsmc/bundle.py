@@ -102,7 +102,7 @@ def sentence_settings(model, tokenizer, counts: WordCounts, texts: list[str], ar
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--model", required=True, help="the training output folder")
     parser.add_argument("--name", required=True, choices=hf_elmo.BUNDLED_MODELS)
     parser.add_argument("--check-text", help="text file, one sentence per line: compare the biLM's layers")

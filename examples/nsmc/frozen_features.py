@@ -49,7 +49,7 @@ def layer_means(model, tokenizer, texts: list[str], batch_size: int, max_length:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument(
         "--model",
         required=True,

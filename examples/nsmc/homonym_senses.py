@@ -112,7 +112,7 @@ def chance_scores(senses: list[str]) -> torch.Tensor:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--model", required=True, help="a biLM folder or a bundled model's name")
     parser.add_argument("--data", default=str(DATA), help="a homonym file (homonym, sense, target, sentence)")
     args = parser.parse_args(argv)

@@ -104,7 +104,7 @@ def halves(count: int, seed: int) -> tuple[list[int], list[int]]:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--model", required=True, help="a biLM folder (word_counts.json beside it for SIF)")
     parser.add_argument("--data", default=str(KORSTS), help="KorSTS's sts-dev.tsv")
     parser.add_argument(

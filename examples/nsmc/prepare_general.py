@@ -35,7 +35,7 @@ def write_lines(path: Path, lines: list[tuple[str, str]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--input-dir", type=Path, default=Path("../shared/data/ko-general"))
     parser.add_argument("--output-dir", type=Path, default=Path("outputs/nsmc/data"))
     parser.add_argument("--validation-size", type=int, default=2000, help="lines held out for validation")

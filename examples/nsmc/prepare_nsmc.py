@@ -72,7 +72,7 @@ def write_labelled(path: Path, rows: list[tuple[str, int]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--input", default="../shared/data/nsmc/reviews.tsv.gz")
     parser.add_argument("--output-dir", default="outputs/nsmc/data")
     parser.add_argument(

@@ -17,7 +17,7 @@ from hf_elmo.pretraining import SplitText, count_unknown_words
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument(
         "--model",
         required=True,
