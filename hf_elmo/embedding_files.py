@@ -15,7 +15,6 @@ import io
 import itertools
 import json
 import os
-import re
 import shutil
 import signal
 import sys
@@ -35,8 +34,6 @@ from .text_files import LineTooLong, TextFileError, UndecodableLine, count_lines
 # Lines read ahead and sorted by length, so that each batch holds sentences of similar length.
 BUCKET_BATCHES = 32
 SETTINGS_NAME = "hf_elmo_embed"
-# The C0 control characters (and DEL) that are not whitespace to `str.split`.
-NOT_TEXT = re.compile("[\x00-\x08\x0e-\x1b\x7f]")
 
 
 # -- run identity -----------------------------------------------------------------------------------------------------
@@ -412,23 +409,6 @@ class JobProcess:
 # -- the run ----------------------------------------------------------------------------------------------------------
 
 
-def text_lines(path: Path, errors: str, shard: tuple[int, int] = (0, 1)) -> Iterator[tuple[int, str | None]]:
-    """
-    `read_lines`, where a line holding a control character that `str.split` does not take for whitespace (NUL, ESC,
-    DEL, ...) is no more text than one that is not UTF-8, and is read as such under each `errors`: no sentence holds
-    one, while binary and UTF-16 files hold them everywhere (so that 2,000 NUL bytes would otherwise be one "word").
-    """
-    for index, text in read_lines(path, errors, shard):
-        if text is not None and (control := NOT_TEXT.search(text)):
-            if errors == "strict":
-                raise UndecodableLine(
-                    f"{path} line {index + 1}: not text (control character U+{ord(control.group()):04X} at character "
-                    f"{control.start()}, as in binary and UTF-16 files)"
-                )
-            text = NOT_TEXT.sub("\ufffd", text) if errors == "replace" else None
-        yield index, text
-
-
 def input_error(error: TextFileError) -> CommandError:
     """The one-line error for an input file that cannot be read, naming the flag that reads past a bad line."""
     hint = {
@@ -441,7 +421,7 @@ def input_error(error: TextFileError) -> CommandError:
 @dataclass(frozen=True)
 class EmbedSettings:
     """
-    How every line is embedded and stored: `split` makes its words, `errors` reads it as `text_lines` does, `layers`
+    How every line is embedded and stored: `split` makes its words, `errors` reads it as `read_lines` does, `layers`
     is "all", "top", "average" or one weight per layer, `pooled` averages over its words (shapes: `embed --help`).
     Lines come `batch_size` at a time; one of more than `max_words` words comes alone, run in windows of as many. An
     input with a line of more than `max_line_length` characters is refused before anything is written.
@@ -500,7 +480,7 @@ def embed_shard(
 
     rank, world_size = shard
     done = sum(1 for index in output.finished if int(index) % world_size == rank)
-    lines = text_lines(input_path, settings.errors, shard)
+    lines = read_lines(input_path, settings.errors, shard)
     try:
         with (
             DeferredStop(output.parts, done) as stop,
@@ -537,7 +517,7 @@ def assemble(output: Hdf5Output | NpyOutput, input_path: Path, errors: str, sent
     """Builds OUTPUT from the parts (with `sentence_to_index` unless told not to); returns the skipped line numbers."""
     mapping, skipped = {}, []
     try:
-        for index, text in text_lines(input_path, errors):
+        for index, text in read_lines(input_path, errors):
             if text is None:
                 skipped.append(index + 1)
             else:

@@ -20,13 +20,12 @@ from pathlib import Path
 
 import torch
 
-from .alphabet_elmo import CHAR_VOCAB_FILE
 from .bundled import BUNDLED_MODELS, bundled_model_path
-from .command_line import is_path_only
 from .configuration_elmo import ElmoConfig
 from .errors import first_line
+from .model_names import is_path_only
 from .modeling_elmo import AUTO_CLASSES, ElmoHeadModel, ElmoModel, ElmoPreTrainedModel
-from .tokenization_elmo import WORD_INPUT_VOCAB_FILE, ElmoTokenizer
+from .tokenization_elmo import ElmoTokenizer, check_tokenizer_files
 
 # The classes a folder's `config.architectures` may name that `load_model` loads as named, where no class is given:
 # the task heads. Any other ELMo folder (`ElmoModel`, `ElmoForPreTraining`) loads as its biLM, `ElmoModel`: a
@@ -160,7 +159,7 @@ def load_model_and_tokenizer(
     if folder.is_dir():  # before the weights load: the check needs the config alone
         with one_line_errors(name):
             config = ElmoConfig.from_pretrained(path)
-        check_tokenizer_files(folder, config, name)
+        check_tokenizer_files(os.listdir(folder), config.to_dict(), name)
     with one_line_errors(name):
         model = _from_pretrained(path, model_class, device, from_pretrained_kwargs)
         # A head's word vectors read the ids; the biLM of a head folder would refuse them.
@@ -173,29 +172,6 @@ def load_model_and_tokenizer(
         tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
     check_tokenizer(tokenizer, model.config, name)
     return model, tokenizer
-
-
-def check_tokenizer_files(folder: Path, config: ElmoConfig, name: str | os.PathLike) -> None:
-    """
-    A one-line `ValueError` for a model folder that lacks a tokenizer file its config needs: `char_vocab.json` for a
-    learned character vocabulary, `word_input_vocab.json` for a word input, and `tokenizer_config.json` (the
-    pre-tokenizer, the characters per token) wherever the folder holds any tokenizer file. Without them the
-    tokenizer would give other ids or other units, and the model other vectors, without a word. A folder with no
-    tokenizer file at all and a byte alphabet takes the default tokenizer.
-    """
-    needed = []
-    if config.char_vocab_size is not None:
-        needed.append(CHAR_VOCAB_FILE)
-    if config.word_input_vocab_size is not None:
-        needed.append(WORD_INPUT_VOCAB_FILE)
-    if needed or any((folder / file).is_file() for file in ElmoTokenizer.vocab_files_names.values()):
-        needed.append(TOKENIZER_CONFIG_FILE)
-    missing = [file for file in needed if not (folder / file).is_file()]
-    if missing:
-        raise ValueError(
-            f"{name} lacks {' and '.join(missing)}, which its tokenizer needs (without, the model would read other "
-            "ids or units); copy or download the model folder again"
-        )
 
 
 def check_tokenizer(tokenizer: ElmoTokenizer, config: ElmoConfig, name: str | os.PathLike) -> None:

@@ -35,11 +35,9 @@ from hf_elmo.embedding_files import (
     embed_file,
     open_output,
     run_identity,
-    text_lines,
 )
 from hf_elmo.errors import CommandError
 from hf_elmo.folders import lock_output
-from hf_elmo.text_files import UndecodableLine
 
 ROOT = PROJECT_ROOT
 WORDS = "the a cat dog sat on mat quickly under over house river été".split()
@@ -56,23 +54,6 @@ def test_batches_are_sorted_by_length_without_finished_lines_and_long_lines_come
         [(2, ["a"]), (0, ["a", "b", "c"])],
         [(4, ["a", "b", "c", "d", "e", "f"])],
     ]
-
-
-def test_a_line_with_a_control_character_is_not_text_under_each_errors_choice(tmp_path):
-    """NUL, ESC or DEL in a line: read as a line that is not UTF-8 would be. Tabs and the separators `str.split`
-    splits on stay text."""
-    path = tmp_path / "in.txt"
-    path.write_bytes(b"a\tb\x1fc\nx\x00y\n\x1b[1mbold\nz\x7f\n")
-    with pytest.raises(UndecodableLine, match=r"in.txt line 2: not text \(control character U\+0000 at character 1,"):
-        list(text_lines(path, "strict"))
-    assert list(text_lines(path, "replace")) == [
-        (0, "a\tb\x1fc"),
-        (1, "x\ufffdy"),
-        (2, "\ufffd[1mbold"),
-        (3, "z\ufffd"),
-    ]
-    assert list(text_lines(path, "skip")) == [(0, "a\tb\x1fc"), (1, None), (2, None), (3, None)]
-    assert list(text_lines(path, "skip", shard=(1, 2))) == [(1, None), (3, None)]
 
 
 def test_deferred_stop_waits_for_a_write_and_restores_the_handlers(tmp_path):
