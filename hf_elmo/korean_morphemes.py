@@ -27,9 +27,10 @@ import functools
 import re
 import warnings
 
-INSTALL_HINT = 'pip install "hf_elmo[korean]"'
-# The korean extra's requirement (pyproject.toml), for a folder's code run where hf_elmo may not be installed.
+# The korean extra's requirement (pyproject.toml). The hint names it rather than the extra: hf_elmo is on no package
+# index, so `pip install "hf_elmo[korean]"` finds nothing.
 KIWIPIEPY_REQUIREMENT = "kiwipiepy>=0.21"
+INSTALL_HINT = f'pip install "{KIWIPIEPY_REQUIREMENT}" (the korean extra)'
 # Whitespace words as `str.split` finds them.
 _WORD = re.compile(r"\S+")
 

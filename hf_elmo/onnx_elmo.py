@@ -39,6 +39,8 @@ from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
 from .tokenization_elmo import ElmoTokenizer
 
 ONNX_FILE = "model.onnx"
+# The onnx extra's requirements (pyproject.toml), named rather than the extra: hf_elmo is on no package index.
+ONNX_INSTALL_HINT = 'pip install "onnx>=1.23" "onnxruntime>=1.32" "onnxscript>=0.7"'
 # Fields of a model's output that are no graph output: the loss needs labels, the state is asked for by argument;
 # a head's hidden states are its biLM's.
 NOT_EXPORTED = {"loss", "final_state", "attentions"}
@@ -131,7 +133,7 @@ def export_onnx(model_dir: str | os.PathLike, output_dir: str | os.PathLike, ove
     try:
         import onnxscript  # noqa: F401  torch.onnx.export(dynamo=True) translates with it
     except ImportError as error:
-        raise ElmoConversionError('ONNX export needs the onnx extra: pip install "hf_elmo[onnx]"') from error
+        raise ElmoConversionError(f"ONNX export needs the onnx extra: {ONNX_INSTALL_HINT}") from error
     with atomic_directory(output_dir, overwrite) as staging, torch.no_grad(), quiet_exporter():
         forward, tokenizer = load_for_export(model_dir)
         inputs = example_inputs(forward, tokenizer)
@@ -185,7 +187,7 @@ class ElmoOnnxSession:
         try:
             import onnxruntime
         except ImportError as error:
-            raise ImportError('running an exported model needs the onnx extra: pip install "hf_elmo[onnx]"') from error
+            raise ImportError(f"running an exported model needs the onnx extra: {ONNX_INSTALL_HINT}") from error
         folder = Path(folder)
         if not (folder / ONNX_FILE).is_file():
             raise ValueError(f"{folder} holds no {ONNX_FILE}; write it with: hf-elmo export --format onnx")
