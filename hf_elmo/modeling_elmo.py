@@ -654,8 +654,8 @@ class ElmoModel(ElmoPreTrainedModel):
         # A padded position's row is made the empty row (all zeros), so that padding is one more distinct word at most.
         valid = mask.reshape(-1, 1).bool()
         path = choose_path(self.config, [self.char_encoder], flat_ids)
-        distinct_rows = ALL_DISTINCT_ROWS.get_interface(path, distinct_rows_reference)
-        distinct_ids, where = distinct_rows(flat_ids.masked_fill(~valid, 0))
+        find_distinct = ALL_DISTINCT_ROWS.get_interface(path, distinct_rows_reference)
+        distinct_ids, where = find_distinct(flat_ids.masked_fill(~valid, 0))
         # Under a `device_map` the encoder returns on its own device.
         embedded = encode(distinct_ids).to(where.device)[where]
         return torch.where(valid.to(where.device), embedded, 0.0).view(*input_ids.shape[:2], -1)
@@ -856,9 +856,9 @@ ALL_RIGHT_PADDING_CHECKS["traced"] = trust_right_padding
 
 
 def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-    `(batch, positions)` bool: `attention_mask`, or where absent the positions whose row holds a character. Not
     """
     checked: [`ElmoModel`] checks it on every call.
+    `(batch, positions)` bool: `attention_mask`, or where absent the positions whose row holds a character. Not
     """
     return (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
 
@@ -872,7 +872,6 @@ def word_positions(input_ids: torch.LongTensor, mask: torch.Tensor, config: Elmo
     return mask & (marker != begin) & (marker != end)
 
 
-class ElmoTaskEncoder(nn.Module):
 def second_sentence_positions(input_ids: torch.LongTensor, config: ElmoConfig) -> torch.LongTensor:
     """
     `(batch, positions)`: 1 at each position after the first `</S>` of its row, 0 before, as `ElmoTokenizer` sets
@@ -884,6 +883,7 @@ def second_sentence_positions(input_ids: torch.LongTensor, config: ElmoConfig) -
 
 
     """
+class ElmoTaskEncoder(nn.Module):
     The task-specific part shared by the heads: the ELMo mix of the biLM layers, optionally beside context-independent
     vectors of each position (`[x_k ; ELMo_k]`): a learned word vector (`config.word_vector_dim`, looked up by
     `word_vector_ids`) and the character CNN's token representation (`config.concat_token_representation`), in that
@@ -978,9 +978,9 @@ ALL_TASK_BILSTMS["traced"] = task_bilstm_scanned
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
-    valid = positions.unsqueeze(-1)
     """Pools `features` `(batch, positions, dim)` over `positions` (bool); rows without any give zeros."""
     pooled = []
+    valid = positions.unsqueeze(-1)
     if pooling in ("mean", "mean_max"):
         count = valid.sum(dim=1).clamp(min=1).to(features.dtype)
         pooled.append((features * valid.to(features.dtype)).sum(dim=1) / count)
@@ -1335,9 +1335,9 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
             copy_question_answering_pipeline(save_directory)
         return saved
 
-        self,
     def forward(
         input_ids: torch.LongTensor,
+        self,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         start_positions: torch.LongTensor | None = None,
@@ -1511,9 +1511,9 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             write_sentence_transformers_files(save_directory)
         return saved
 
-        self,
     def forward(
         input_ids: torch.LongTensor,
+        self,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
