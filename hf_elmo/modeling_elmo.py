@@ -857,8 +857,8 @@ ALL_RIGHT_PADDING_CHECKS["traced"] = trust_right_padding
 
 def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """
-    checked: [`ElmoModel`] checks it on every call.
     `(batch, positions)` bool: `attention_mask`, or where absent the positions whose row holds a character. Not
+    checked: [`ElmoModel`] checks it on every call.
     """
     return (input_ids > 0).any(dim=-1) if attention_mask is None else attention_mask.bool()
 
@@ -882,8 +882,8 @@ def second_sentence_positions(input_ids: torch.LongTensor, config: ElmoConfig) -
     return (ends.cumsum(dim=1) - ends.long() > 0).long()
 
 
-    """
 class ElmoTaskEncoder(nn.Module):
+    """
     The task-specific part shared by the heads: the ELMo mix of the biLM layers, optionally beside context-independent
     vectors of each position (`[x_k ; ELMo_k]`): a learned word vector (`config.word_vector_dim`, looked up by
     `word_vector_ids`) and the character CNN's token representation (`config.concat_token_representation`), in that
@@ -979,8 +979,8 @@ ALL_TASK_BILSTMS["traced"] = task_bilstm_scanned
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:
     """Pools `features` `(batch, positions, dim)` over `positions` (bool); rows without any give zeros."""
-    pooled = []
     valid = positions.unsqueeze(-1)
+    pooled = []
     if pooling in ("mean", "mean_max"):
         count = valid.sum(dim=1).clamp(min=1).to(features.dtype)
         pooled.append((features * valid.to(features.dtype)).sum(dim=1) / count)
@@ -1336,8 +1336,8 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         return saved
 
     def forward(
-        input_ids: torch.LongTensor,
         self,
+        input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         start_positions: torch.LongTensor | None = None,
@@ -1512,8 +1512,8 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         return saved
 
     def forward(
-        input_ids: torch.LongTensor,
         self,
+        input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         labels: torch.LongTensor | None = None,
         output_hidden_states: bool | None = None,
