@@ -8,9 +8,10 @@
 
 `save_pretrained` of a biLM (`ElmoModel`, `ElmoForPreTraining`) writes them beside the weights, so every folder
 hf_elmo writes (converters, pre-training, `push_to_hub`) loads with `SentenceTransformer(folder,
-trust_remote_code=True)`. `modules.json` names one module, [`~sentence_transformers_elmo.ElmoSentenceEncoder`]:
-hf_elmo's own sentence vector, `ElmoModel.sentence_embedding`. Without the files, sentence-transformers would build
-its default for a transformers folder: the mean of the top layer alone, counting `<S>` and `</S>` as words.
+trust_remote_code=True)`. `modules.json` names one module,
+[`~sentence_transformers_elmo.ElmoSentenceTransformerModule`]: hf_elmo's own sentence vector,
+`ElmoModel.sentence_embedding`. Without the files, sentence-transformers would build its default for a transformers
+folder: the mean of the top layer alone, counting `<S>` and `</S>` as words.
 """
 
 import json
@@ -18,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-ENCODER_CLASS = "hf_elmo.sentence_transformers_elmo.ElmoSentenceEncoder"
+ENCODER_CLASS = "hf_elmo.sentence_transformers_elmo.ElmoSentenceTransformerModule"
 MODULES_FILE = "modules.json"
 ENCODER_CONFIG_FILE = "sentence_bert_config.json"
 MODEL_CONFIG_FILE = "config_sentence_transformers.json"

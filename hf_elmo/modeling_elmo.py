@@ -779,8 +779,9 @@ class ElmoModel(ElmoPreTrainedModel):
         One vector per sentence, `(batch, 2 * projection_dim)`: [`sentence_vectors`] of the biLM's `n_layers + 1`
         layers over each row's words (not `<S>`, `</S>` or padding). With the defaults, the mean over the words of the
         plain average of the layers, as TF-Hub ELMo's "default" output. Whatever weighs the words comes in as an
-        argument: the same inputs give the same vectors. `SentenceTransformer(folder)` (`ElmoSentenceEncoder`) passes
-        the SIF weights of the folder's word counts where it has them, and the reference statistics its config holds.
+        argument: the same inputs give the same vectors. `SentenceTransformer(folder)`
+        (`ElmoSentenceTransformerModule`) passes the SIF weights of the folder's word counts where it has them, and
+        the reference statistics its config holds.
 
         Args:
             input_ids, attention_mask, word_input_ids: as for `forward`.

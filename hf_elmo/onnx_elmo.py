@@ -3,10 +3,10 @@
 [`export_onnx`] writes a folder as Optimum's exports are laid out: `model.onnx` beside `config.json` and the
 tokenizer files. The graph is traced from the model itself ([`ElmoForOnnx`] only names its inputs and outputs): while
 `torch.export` traces, the model runs its reference code, each LSTM as one scan over the positions
-(`modeling_elmo.run_steps`), which `torch.onnx.export(dynamo=True)` turns into an ONNX `Scan`: the recurrence stays a
-loop in the graph instead of being unrolled into a fixed number of steps, so the positions axis stays dynamic. A head
-exports as it computes, with no code here of its own. [`ElmoOnnxSession`] runs an exported folder with the input
-checks of the model.
+(`modeling_elmo.scan_over_steps`), which `torch.onnx.export(dynamo=True)` turns into an ONNX `Scan`: the recurrence
+stays a loop in the graph instead of being unrolled into a fixed number of steps, so the positions axis stays
+dynamic. A head exports as it computes, with no code here of its own. [`ElmoOnnxSession`] runs an exported folder with
+the input checks of the model.
 
 Inputs: `input_ids` `(batch, positions, max_characters_per_token)` int64 and `attention_mask` `(batch, positions)`
 int64 (right padding), then those the model also reads (`ElmoPreTrainedModel.graph_input_names`: `word_input_ids`

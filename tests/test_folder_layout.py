@@ -25,7 +25,9 @@ def test_a_bilm_saves_the_files(tmp_path, model_class, overrides):
     model_class(tiny_config(**overrides)).save_pretrained(tmp_path)
     assert written_files(tmp_path) == SENTENCE_TRANSFORMERS_FILES
     modules = SENTENCE_TRANSFORMERS_FILES["modules.json"]
-    assert [module["type"] for module in modules] == ["hf_elmo.sentence_transformers_elmo.ElmoSentenceEncoder"]
+    assert [module["type"] for module in modules] == [
+        "hf_elmo.sentence_transformers_elmo.ElmoSentenceTransformerModule"
+    ]
 
 
 def test_a_head_and_a_process_other_than_the_main_one_save_none(tmp_path):

@@ -18,7 +18,7 @@ from hf_elmo import (
     ElmoScalarMix,
     bundled_model_path,
 )
-from hf_elmo.loading import read_weights
+from hf_elmo.loading import read_weights_with_prefix
 from hf_elmo.modeling_elmo import ElmoTaskBiLstm, word_vectors_from_softmax
 
 SENTENCES = [["A", "short", "one", "."], ["The", "second", "sentence", "is", "a", "bit", "longer", "."]]
@@ -430,7 +430,7 @@ def test_the_word_vectors_start_from_exactly_the_pretraining_softmax_and_reload(
     pretraining = ElmoForPreTraining(tiny_config(word_vocab_size=vocab_size, n_negative_samples=4))
     pretraining.save_pretrained(tmp_path / "pretrained")
     softmax = pretraining.softmax.weight
-    table = word_vectors_from_softmax(read_weights(tmp_path / "pretrained", "softmax."))
+    table = word_vectors_from_softmax(read_weights_with_prefix(tmp_path / "pretrained", "softmax."))
     assert table.shape == (vocab_size, 8) and torch.equal(table, softmax)
     assert torch.equal(word_vectors_from_softmax(pretraining.state_dict()), softmax)
     model = ElmoForSequenceClassification.from_pretrained(
@@ -447,12 +447,12 @@ def test_the_word_vectors_start_from_exactly_the_pretraining_softmax_and_reload(
     assert reloaded.task_encoder.word_vectors.weight.requires_grad and reloaded.config.freeze_bilm
 
     pretraining.elmo.save_pretrained(tmp_path / "bilm")  # a biLM-only folder holds no softmax
-    assert read_weights(tmp_path / "bilm", "softmax.") == {}
+    assert read_weights_with_prefix(tmp_path / "bilm", "softmax.") == {}
     no_softmax = r"^no pre-training softmax \(softmax.weight\) among these weights: only a folder saved by hf-elmo "
     with pytest.raises(
         ValueError, match=no_softmax + r"pretrain \(ElmoForPreTraining\) holds one, a biLM-only folder"
     ):
-        word_vectors_from_softmax(read_weights(tmp_path / "bilm", "softmax."))
+        word_vectors_from_softmax(read_weights_with_prefix(tmp_path / "bilm", "softmax."))
     shapes = (
         rf"\({vocab_size}, 8\) \(word_vector_vocab_size, word_vector_dim\); the table given is \({vocab_size}, 4\)$"
     )

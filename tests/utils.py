@@ -282,17 +282,17 @@ def use_kernels(config, fast, monkeypatch):
     monkeypatch.setattr(config, "recurrence_implementation", "auto" if fast else "reference")
 
 
-def spy_on_implementations(monkeypatch) -> list[str]:
-    """The names of the implementations `kernels_elmo`'s registries give the model from now on, in order (the
+def spy_on_kernels(monkeypatch) -> list[str]:
+    """The names of the functions `kernels_elmo`'s registries give the model from now on, in order (the
     reference code's where a registry has no kernel for the chosen name)."""
-    calls, get_interface = [], kernels_elmo.Implementations.get_interface
+    calls, get_interface = [], kernels_elmo.Kernels.get_interface
 
-    def spy(registry, name, reference):
-        chosen = get_interface(registry, name, reference)
+    def spy(registry, path, reference):
+        chosen = get_interface(registry, path, reference)
         calls.append(chosen.__name__)
         return chosen
 
-    monkeypatch.setattr(kernels_elmo.Implementations, "get_interface", spy)
+    monkeypatch.setattr(kernels_elmo.Kernels, "get_interface", spy)
     return calls
 
 
