@@ -10,8 +10,10 @@ as transformers' models ask `ALL_ATTENTION_FUNCTIONS` with `config._attn_impleme
 of these paths:
 
 - "reference": the model's own code, when the config asks for it (`config.recurrence_implementation == "reference"`);
-- "traced": while `torch.compile` traces or `torch.export` exports, whose graphs cannot depend on values (a count of
-  distinct words, the number of steps, a check that raises);
+- "exported": while `torch.export` exports (and ONNX with it): the graph cannot depend on values (a count of
+  distinct words, the number of steps, a check that raises) and must hold any number of steps;
+- "compiled": while `torch.compile` traces: values as for "exported", but its graphs are specialised to their
+  shapes, so the steps may stay a Python loop (inductor cannot lower the scan of "exported");
 - "inference": nothing in the modules or their inputs needs gradients;
 - "training": otherwise.
 
@@ -24,8 +26,9 @@ beside this one (flat files, so that a saved folder carries them for `trust_remo
 - `kernels_cpu_products`: the recurrences' matrix products on the CPU, where the library of each product is chosen
   (by shape, dtype, autocast and `config.cpu_matmul`); nothing outside the kernels asks it.
 
-The "traced" path's entries are the reference code itself in the forms a graph keeps (every position encoded, the
-steps as one scan, no check of values); `modeling_elmo` registers them beside that code, which they share.
+The entries of "exported" and "compiled" are the reference code itself in the forms a graph keeps (every position
+encoded, no check of values, and for "exported" the steps as one scan); `modeling_elmo` registers them beside that
+code, which they share.
 
 Under autocast the kernels take their products in autocast's dtype, as the reference code's would be; autocast
 changes no choice. A new kernel (a compiled or a CUDA one) is one more entry of a registry here.
@@ -56,8 +59,10 @@ def choose_path(config, modules: Sequence[nn.Module], *inputs: torch.Tensor) -> 
     """
     if config.recurrence_implementation == "reference":
         return "reference"
-    if torch.compiler.is_compiling() or torch.compiler.is_exporting():
-        return "traced"
+    if torch.compiler.is_exporting():  # first: exporting compiles too
+        return "exported"
+    if torch.compiler.is_compiling():
+        return "compiled"
     parameters = (parameter for module in modules for parameter in module.parameters())
     needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in (*inputs, *parameters))
     return "training" if needs_grad else "inference"

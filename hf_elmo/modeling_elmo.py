@@ -89,7 +89,7 @@ def every_row_as_distinct(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tenso
     return rows, torch.arange(rows.shape[0], device=rows.device)  # not len(), which a graph would fix
 
 
-ALL_DISTINCT_ROWS["traced"] = every_row_as_distinct
+ALL_DISTINCT_ROWS["exported"] = ALL_DISTINCT_ROWS["compiled"] = every_row_as_distinct
 
 
 def conv_max_pooled(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor:
@@ -267,7 +267,9 @@ def lstm_layers_scanned(
     return lstm_layers_reference(layers, inputs, mask, hidden, memory, over_steps=scan_over_steps)
 
 
-ALL_RECURRENCES["traced"] = lstm_layers_scanned
+# Exported only: a compiled graph keeps the loop (it is specialised to its number of steps), since inductor's lowering
+# of a scan to a while loop fails on this one (a data-dependent scalar, torch 2.13).
+ALL_RECURRENCES["exported"] = lstm_layers_scanned
 
 
 def run_lstm_directions(
@@ -853,7 +855,7 @@ def trust_right_padding(mask: torch.Tensor) -> None:
     """Checks nothing: a traced graph cannot raise on values, so its caller's mask is taken as right-padded."""
 
 
-ALL_RIGHT_PADDING_CHECKS["traced"] = trust_right_padding
+ALL_RIGHT_PADDING_CHECKS["exported"] = ALL_RIGHT_PADDING_CHECKS["compiled"] = trust_right_padding
 
 
 def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -975,7 +977,8 @@ def task_bilstm_scanned(module: ElmoTaskBiLstm, features: torch.Tensor, mask: to
     return torch.cat(outputs, dim=-1)
 
 
-ALL_TASK_BILSTMS["traced"] = task_bilstm_scanned
+# Exported only, as the recurrence: a compiled graph runs the packed rows (each specialisation its own lengths).
+ALL_TASK_BILSTMS["exported"] = task_bilstm_scanned
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:

@@ -7,7 +7,14 @@ import json
 
 import pytest
 import torch
-from utils import bilm_leaves, bilm_with_weights_of_scale, random_batch, spy_on_kernels, tiny_config
+from utils import (
+    FLOAT32_TOLERANCE,
+    bilm_leaves,
+    bilm_with_weights_of_scale,
+    random_batch,
+    spy_on_kernels,
+    tiny_config,
+)
 
 from hf_elmo import ElmoModel
 from hf_elmo.modeling_elmo import runs_only_its_forward
@@ -70,6 +77,38 @@ def test_the_choice_follows_the_config_autograd_and_autocast(monkeypatch):
         with torch.set_grad_enabled(grad_enabled), torch.autocast("cpu", dtype=torch.bfloat16):
             model(input_ids, attention_mask=mask)
         assert calls == expected
+
+
+@pytest.mark.parametrize("exporting", [True, False])
+def test_a_graph_keeps_no_value_and_only_an_export_scans_the_steps(exporting, monkeypatch):
+    """
+    Under `torch.export` (ONNX too) and `torch.compile` every position is encoded and no mask is checked (a graph
+    holds no value); an export runs the steps as one scan, which holds any number of steps, while `torch.compile`,
+    specialised to its shapes, keeps the loop: inductor cannot lower the scan (it failed on it).
+    """
+    calls = spy_on_kernels(monkeypatch)
+    monkeypatch.setattr(torch.compiler, "is_compiling", lambda: True)  # exporting compiles too
+    monkeypatch.setattr(torch.compiler, "is_exporting", lambda: exporting)
+    config = tiny_config()
+    input_ids, mask = random_batch(config, [4, 2])
+    with torch.no_grad():
+        ElmoModel(config)(input_ids, attention_mask=mask)
+    recurrence = "lstm_layers_scanned" if exporting else "lstm_layers_reference"
+    expected = ["trust_right_padding", "every_row_as_distinct"] + ["conv_max_pooled"] * len(config.filters)
+    assert calls == expected + [recurrence] * config.n_layers
+
+
+@pytest.mark.slow
+def test_torch_compile_gives_the_eager_vectors():
+    """The model under `torch.compile` (inductor, which builds C++ here: about 30 s) gives the eager vectors."""
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [4, 2])
+    with torch.no_grad():
+        eager = model(input_ids, attention_mask=mask).last_hidden_state
+        compiled = torch.compile(model)(input_ids, attention_mask=mask).last_hidden_state
+    assert (compiled - eager).abs().max() <= FLOAT32_TOLERANCE
 
 
 def test_a_layer_with_a_forward_hook_trains_through_its_own_call(monkeypatch):
