@@ -35,10 +35,15 @@ from hf_elmo.kernels_cpu_products import cpu_model
 
 def load_allennlp(options_file: Path, weight_file: Path):
     """AllenNLP's `Elmo` on the same files, or None when AllenNLP is not importable."""
+    # The shim first (../shared/peer/README.md): it stands in for AllenNLP's heavy, unused dependencies, and imported
+    # after allennlp it came too late where those are not installed, leaving the peer out of the run without a word.
     try:
+        # isort: off
+        import allennlp_shim  # noqa: F401
         import allennlp.modules.elmo as allennlp_elmo
         import allennlp.modules.elmo_lstm as allennlp_elmo_lstm
-        import allennlp_shim  # noqa: F401  (stands in for AllenNLP's heavy, unused dependencies)
+
+        # isort: on
     except ImportError:
         return None
     allennlp_elmo.cached_path = allennlp_elmo_lstm.cached_path = str
