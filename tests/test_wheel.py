@@ -26,7 +26,7 @@ pytest.importorskip("twine", reason="checking the artifacts needs twine, of the 
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the build does not read: environments, caches, outputs, earlier builds.
-NOT_SOURCES = (".git", ".venv", "outputs", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
+NOT_SOURCES = (".git", ".venv", ".device", "outputs", "build", "dist", "*.egg-info", "__pycache__", ".*_cache")
 # The one place the version is written; the artifacts' names and metadata read it from there.
 VERSION = hf_elmo.__version__
 
