@@ -572,9 +572,13 @@ def text_identity(data_args: DataArguments) -> dict[str, list[dict]]:
     for name in TEXT_FLAGS:
         identity[name] = []
         for path in getattr(data_args, name):
+            digest = hashlib.sha256()  # read in blocks, as hashlib.file_digest (Python 3.11; 3.10 is supported)
             with open(path, "rb") as handle:
-                digest = hashlib.file_digest(handle, "sha256").hexdigest()
-            identity[name].append({"path": os.path.abspath(path), "size": os.path.getsize(path), "sha256": digest})
+                for block in iter(lambda: handle.read(1 << 20), b""):
+                    digest.update(block)
+            identity[name].append(
+                {"path": os.path.abspath(path), "size": os.path.getsize(path), "sha256": digest.hexdigest()}
+            )
     return identity
 
 
