@@ -30,8 +30,8 @@ from pathlib import Path
 import torch
 
 import hf_elmo
-from hf_elmo import ElmoTokenizer
 from hf_elmo.folder_layout import ENCODER_CONFIG_FILE, SIF_A
+from hf_elmo.loading import load_model_and_tokenizer
 from hf_elmo.model_card import write_model_card
 from hf_elmo.sentence_weighting import WordCounts, reference_directions, weighted_encoding
 
@@ -40,10 +40,12 @@ CARDS_DIR = Path(__file__).resolve().parent / "cards"
 
 
 def load(folder: str | Path, bilm_only: bool = False):
-    """The model of `folder` (the class its config names, or `ElmoModel` when `bilm_only`) and its tokenizer."""
+    """The model of `folder` (the class its config names, or `ElmoModel` when `bilm_only`) and its tokenizer, through
+    the package's one loader (its checks of the tokenizer files against the config)."""
     config = hf_elmo.ElmoConfig.from_pretrained(folder)
     model_class = hf_elmo.ElmoModel if bilm_only else getattr(hf_elmo, (config.architectures or ["ElmoModel"])[0])
-    return model_class.from_pretrained(folder, dtype=torch.float32).eval(), ElmoTokenizer.from_pretrained(folder)
+    model, tokenizer = load_model_and_tokenizer(folder, model_class, hub=False, dtype=torch.float32)
+    return model.eval(), tokenizer
 
 
 @torch.inference_mode()
