@@ -82,8 +82,6 @@ def check_model_folder(folder: Path, name: str) -> None:
     model_type "elmo", or a weights file cut short or corrupt (whose error from safetensors would come as a
     traceback out of `from_pretrained`; its header is read here, not its tensors).
     """
-    from safetensors import SafetensorError, safe_open
-
     try:
         model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
     except FileNotFoundError as error:
@@ -92,15 +90,26 @@ def check_model_folder(folder: Path, name: str) -> None:
         raise ValueError(f"{name} is not an hf_elmo model folder (config.json: {first_line(error)})") from error
     if model_type != "elmo":
         raise ValueError(f"{name} is not an hf_elmo model folder (model_type {model_type!r})")
+    if damaged := first_damaged_weights(folder):
+        weights, error = damaged
+        raise ValueError(
+            f"{Path(name) / weights.name} is cut short or corrupt ({first_line(error)}); copy or download the "
+            f"model folder again"
+        ) from error
+
+
+def first_damaged_weights(folder: Path) -> tuple[Path, Exception] | None:
+    """The first `.safetensors` file of `folder` whose header cannot be read (cut short, damaged), with the error;
+    None where every one reads. Its header alone is read, not its tensors."""
+    from safetensors import SafetensorError, safe_open
+
     for weights in sorted(folder.glob("*.safetensors")):
         try:
             with safe_open(str(weights), framework="numpy"):
                 pass
         except (SafetensorError, OSError) as error:
-            raise ValueError(
-                f"{Path(name) / weights.name} is cut short or corrupt ({first_line(error)}); copy or download the "
-                f"model folder again"
-            ) from error
+            return weights, error
+    return None
 
 
 def hub_unreachable() -> bool:

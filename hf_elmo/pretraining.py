@@ -41,7 +41,7 @@ from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .errors import CommandError, ElmoConversionError, first_line
 from .folders import apply_umask, atomic_directory, lock_output, replace_folder, write_failure_reason
-from .loading import load_model_and_tokenizer
+from .loading import first_damaged_weights, load_model_and_tokenizer
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
 from .text_files import read_sentences
@@ -651,19 +651,15 @@ def check_checkpoint_files(checkpoint: Path) -> None:
     code. (torch lists them since 2.5; transformers 5 trains with torch 2.6 or later.) Its weights too, where a
     `.safetensors` file is cut short or its header damaged (read here, not its tensors).
     """
-    from safetensors import SafetensorError, safe_open
     from transformers.trainer_pt_utils import safe_globals  # what the Trainer allows beyond torch: numpy's RNG state
 
-    for path in sorted(checkpoint.glob("*.safetensors")):
-        try:
-            with safe_open(str(path), framework="numpy"):
-                pass
-        except (SafetensorError, OSError) as error:
-            raise CommandError(
-                f"cannot resume from {checkpoint}: {path.name} is cut short or damaged ({first_line(error)}); "
-                f"remove {checkpoint.name} to resume from the checkpoint before it (or from step 0), or start over "
-                "with --overwrite_output_dir instead of --resume"
-            ) from error
+    if damaged := first_damaged_weights(checkpoint):
+        path, error = damaged
+        raise CommandError(
+            f"cannot resume from {checkpoint}: {path.name} is cut short or damaged ({first_line(error)}); "
+            f"remove {checkpoint.name} to resume from the checkpoint before it (or from step 0), or start over "
+            "with --overwrite_output_dir instead of --resume"
+        ) from error
     for path in sorted([*checkpoint.glob("*.pt"), *checkpoint.glob("*.pth")]):
         try:
             with safe_globals():
