@@ -205,7 +205,7 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     )
     pictures.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="draw no picture")
 
-    # Parsed by hf_elmo.pretraining itself (see parse_command); listed here for `hf-elmo --help`.
+    # Parsed by hf_elmo.pretraining's own parser (see parse_command); listed here for `hf-elmo --help`.
     commands.add_parser(
         "pretrain", help="pre-train an ELMo biLM from scratch (hf-elmo pretrain --help)", add_help=False
     )

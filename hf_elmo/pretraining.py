@@ -4,8 +4,8 @@ Text files hold one sentence per line (plain or `.gz`), words separated as the t
 The word vocabulary is built with `tokenizers` (`WordLevel` + `WordLevelTrainer`) and saved with the tokenizer, so
 the output folder loads as `ElmoTokenizer`, `ElmoModel` (the biLM alone) or `ElmoForPreTraining`.
 
-    python -m hf_elmo.pretraining --train-file train.txt --validation-file valid.txt --output-dir out --preset small
-    torchrun --nproc_per_node 2 -m hf_elmo.pretraining ...   # several processes, unchanged
+    hf-elmo pretrain --train-file train.txt --validation-file valid.txt --output-dir out --preset small
+    torchrun --nproc_per_node 2 -m hf_elmo.cli pretrain ...   # several processes, unchanged
 
 The command line is parsed by `HfArgumentParser` over the dataclasses below and `TrainingArguments`, so every
 `TrainingArguments` option works (`--warmup_steps`, `--gradient_accumulation_steps`, `--lr_scheduler_type`...), each
