@@ -84,8 +84,13 @@ def reviews_per_second(
     """
     output_dir = workdir / f"run-{tree.name}-{shape}-{threads}-{'bf16' if bf16 else 'fp32'}"
     shutil.rmtree(output_dir, ignore_errors=True)
-    shutil.copytree(tokenizer_dir, output_dir)  # `--resume` keeps a vocabulary already in the output folder
-    command = [sys.executable, "-m", "hf_elmo.pretraining", "--train-file", str(workdir / "train.txt")]
+    # `--resume` keeps a vocabulary already there: in `OUTPUT.parts/` since runs work there (RunFolders), else in
+    # the output folder itself, as the older trees read it.
+    works_in_parts = "class RunFolders" in (tree / "hf_elmo" / "pretraining.py").read_text(encoding="utf-8")
+    run_dir = output_dir.with_name(f"{output_dir.name}.parts") if works_in_parts else output_dir
+    shutil.copytree(tokenizer_dir, run_dir)
+    # `hf_elmo.cli pretrain`, which both trees run (`python -m hf_elmo.pretraining` runs nothing since the CLI moved).
+    command = [sys.executable, "-m", "hf_elmo.cli", "pretrain", "--train-file", str(workdir / "train.txt")]
     command += ["--validation-file", str(workdir / "validation.txt"), "--output-dir", str(output_dir), "--resume"]
     shape_options = [item for name, value in SHAPES[shape].items() for item in (f"--{name.replace('_', '-')}", value)]
     command += [*map(str, shape_options), *DATA_OPTIONS, "--batch-size", str(args.batch_size)]

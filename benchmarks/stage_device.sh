@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Copies what a lent GPU's call needs and cannot reach into .device/ (git-ignored), to be named in the call's carry:
 # ../shared's test checkpoint and AllenNLP shim, AllenNLP's code (from PyPI, for the peer rows), and with --v9 the
-# Korean text split into morphemes (examples/nsmc/presplit.py; kiwipiepy cannot travel). About 2 MB, or 27 MB with
-# --v9, beside the 28 MB working tree (64 MiB travel in all).
+# Korean text split into morphemes (examples/nsmc/presplit.py; kiwipiepy cannot travel). About 8 MB, or 29 MB with
+# --v9, beside the 29 MB working tree (64 MiB travel in all).
 #
 #     bash benchmarks/stage_device.sh [--v9 PRESPLIT_DIR]
 #
