@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
-from utils import FLOAT32_TOLERANCE, load_without_hf_elmo
+from utils import FLOAT32_TOLERANCE, hiding_packages, load_without_hf_elmo
 
 import hf_elmo
 from hf_elmo import (
@@ -310,18 +310,9 @@ def run_launcher(argv: list[str], cwd: Path, script: str = LAUNCHER) -> subproce
 
 def test_quickstart_without_kiwipiepy_names_the_extra_at_once(tmp_path):
     """Found, not imported: the line comes before torch is imported."""
-    hide_kiwipiepy = textwrap.dedent("""
-        import importlib.machinery
-        import sys
-
+    hide_kiwipiepy = hiding_packages("kiwipiepy") + textwrap.dedent("""
         from hf_elmo_launcher import main
 
-        class HideKiwipiepy(importlib.machinery.PathFinder):
-            @classmethod
-            def find_spec(cls, name, path=None, target=None):
-                return None if name.split(".")[0] == "kiwipiepy" else super().find_spec(name, path, target)
-
-        sys.meta_path = [HideKiwipiepy if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
         code = main(["quickstart"])
         print(code, "torch" in sys.modules, file=sys.stderr)
     """)

@@ -22,6 +22,7 @@ import torch
 from utils import (
     FLOAT32_TOLERANCE,
     convert_args,
+    hiding_packages,
     read_hdf5,
     reference_layers,
     run_cli,
@@ -674,16 +675,7 @@ def current_umask() -> int:
 
 def test_pretrain_without_the_training_extra_names_it(tmp_path):
     (tmp_path / "train.txt").write_text("a b\n", encoding="utf-8")
-    block_accelerate = textwrap.dedent("""
-        import importlib.machinery
-        import sys
-
-        class HideAccelerate(importlib.machinery.PathFinder):
-            @classmethod
-            def find_spec(cls, name, path=None, target=None):
-                return None if name.split(".")[0] == "accelerate" else super().find_spec(name, path, target)
-
-        sys.meta_path = [HideAccelerate if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+    block_accelerate = hiding_packages("accelerate") + textwrap.dedent("""
         from hf_elmo.cli import main
         sys.exit(main(sys.argv[1:]))
     """)

@@ -113,6 +113,25 @@ REMOTE_LOAD_SCRIPT = textwrap.dedent(
 )
 
 
+def hiding_packages(*packages: str) -> str:
+    """
+    Python source that, run first in a fresh interpreter, makes `packages` unfindable there, as where they are not
+    installed: `importlib.util.find_spec` gives None for them and importing them fails.
+    """
+    return textwrap.dedent(f"""
+        import importlib.machinery
+        import sys
+
+        class HidePackages(importlib.machinery.PathFinder):
+            @classmethod
+            def find_spec(cls, name, path=None, target=None):
+                hidden = name.split(".")[0] in {set(packages)!r}
+                return None if hidden else super().find_spec(name, path, target)
+
+        sys.meta_path = [HidePackages if f is importlib.machinery.PathFinder else f for f in sys.meta_path]
+    """)
+
+
 def load_without_hf_elmo(jobs: list[list[str]], sentences: list, folder: Path) -> dict:
     """What `REMOTE_LOAD_SCRIPT` computes from `jobs`, `[folder, Auto class name]` pairs, on `sentences`, in a fresh
     interpreter without hf_elmo (the first job's folder also runs a feature-extraction pipeline)."""
