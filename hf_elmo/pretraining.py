@@ -34,7 +34,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import HfArgumentParser, Trainer, TrainingArguments
+from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
 
 from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
@@ -489,6 +489,15 @@ def asks_for_more_steps(state: dict, training_args: TrainingArguments) -> bool:
     return state["global_step"] < state["max_steps"] or training_args.num_train_epochs > state["num_train_epochs"]
 
 
+class StepsOfTheCommand(TrainerCallback):
+    """Logs, evaluates and saves every as many steps as the command asks, a resumed run too: the Trainer would keep
+    the steps its checkpoint's state recorded, with no more than a warning, so that `--resume --save-steps 500` on
+    a run saved every 250 steps would go on saving every 250."""
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        state.compute_steps(args, state.max_steps)
+
+
 def run_to_continue(folders: RunFolders, training_args: PretrainingArguments, inputs: list[str]) -> Path | None:
     """
     Checks, writing nothing, what `--output-dir` and its `OUTPUT.parts/` hold against `--resume` and
@@ -778,6 +787,7 @@ def train(
         data_collator=ElmoPreTrainingCollator(tokenizer, data_args.max_length),
         compute_metrics=perplexity_metrics,
         preprocess_logits_for_metrics=direction_nll_sums,
+        callbacks=[StepsOfTheCommand()],
     )
     resumable = f"; once it can be written, --resume continues from the last complete checkpoint in {folders.parts}"
     with reported_write_failures(folders.parts, resumable):

@@ -830,6 +830,22 @@ def test_a_stopped_run_leaves_no_model_folder_and_resumes_past_a_half_written_ch
         torch.testing.assert_close(weights(output)[name], weight, rtol=0, atol=0, msg=name)
 
 
+def test_a_resumed_run_logs_evaluates_and_saves_as_its_command_says(tmp_path, monkeypatch, capsys):
+    """Resumed with other logging, evaluation and save steps than its checkpoint recorded, a run takes the command's
+    (the Trainer alone would keep the checkpoint's): its last checkpoint's state records them, and the steps logged
+    are the command's."""
+    output = tmp_path / "model"
+    stop_while_saving(monkeypatch, short_run(tmp_path, output, "--logging-steps", "2", "--eval-steps", "4"), step=4)
+    resumed = ["--resume", "--keep-checkpoints", "--logging-steps", "1", "--eval-steps", "3", "--save-steps", "1"]
+    code, _ = command(short_run(tmp_path, output, *resumed), capsys)
+    assert code == 0
+    state = json.loads((output / "checkpoint-4" / "trainer_state.json").read_text())
+    assert (state["logging_steps"], state["eval_steps"], state["save_steps"]) == (1, 3, 1)
+    assert [entry["step"] for entry in state["log_history"] if "loss" in entry] == [2, 3, 4]
+    # (the last step is evaluated, whatever the steps)
+    assert [entry["step"] for entry in state["log_history"] if "eval_loss" in entry] == [3, 4]
+
+
 def test_resume_on_other_text_is_refused_in_one_line_naming_the_file(tmp_path, monkeypatch, capsys):
     """
     A run resumed on other text would keep the vocabulary and word counts of the first: the run records its text
