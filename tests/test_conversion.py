@@ -99,10 +99,25 @@ def test_random_checkpoints_round_trip_bit_exact(overrides, tmp_path):
     assert reloaded.config.to_original_options() == config.to_original_options()
 
 
-def test_export_widens_reduced_precision_to_float32(tmp_path):
-    model = ElmoModel(tiny_config()).to(torch.bfloat16)
-    exported = export_original(model, tmp_path / "bf16")  # widening to float32 is exact
-    assert read_all(exported / "weights.hdf5")["char_embed"].dtype == np.float32
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("source", ["model", "folder"])
+def test_export_widens_reduced_precision_to_float32_exactly(dtype, source, tmp_path):
+    """
+    Every float of bfloat16 or float16 is a float32, so widening is exact: each exported dataset holds, bit for bit,
+    the reduced-precision weights cast to float32 (the model itself, or its folder saved in that dtype), and loads
+    back into those weights.
+    """
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config()).to(dtype)
+    if source == "folder":
+        model.save_pretrained(tmp_path / "reduced")
+    exported = export_original(model if source == "model" else tmp_path / "reduced", tmp_path / "exported")
+    widened = {name: weight.float() for name, weight in model.state_dict().items()}
+    assert_same_bits(read_all(exported / "weights.hdf5"), state_dict_to_original(widened, model.config))
+    reloaded = load_original(exported / "options.json", exported / "weights.hdf5").state_dict()
+    assert reloaded.keys() == widened.keys()
+    for name, weight in widened.items():
+        np.testing.assert_array_equal(reloaded[name].numpy().view(np.uint32), weight.numpy().view(np.uint32), name)
 
 
 def test_shape_mismatch_names_the_dataset_and_writes_nothing(tmp_path):
