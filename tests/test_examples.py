@@ -1166,6 +1166,75 @@ def test_homonym_senses_pools_the_target_words_units(base_model, monkeypatch):
     torch.testing.assert_close(vectors, expected, atol=FLOAT32_TOLERANCE, rtol=0)
 
 
+def test_paired_bootstrap_gives_the_difference_and_an_interval_that_holds_it():
+    """The same scores: a difference of 0 in [0, 0]; scores shifted by a constant: that shift, an interval of width 0;
+    one model right on half the sentences where the other is right on none: 0.5 inside an interval narrower than
+    the binomial one at 4 standard errors."""
+    homonym_senses = import_nsmc_example("homonym_senses")
+    scores = torch.rand(200, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    assert homonym_senses.paired_bootstrap(scores, scores) == (0.0, 0.0, 0.0)
+    difference, low, high = homonym_senses.paired_bootstrap(scores, scores + 0.25)
+    assert difference == pytest.approx(0.25, abs=1e-12) and low == pytest.approx(0.25) and high == pytest.approx(0.25)
+    right_on_half = (torch.arange(200) % 2).double()
+    difference, low, high = homonym_senses.paired_bootstrap(torch.zeros(200, dtype=torch.float64), right_on_half)
+    standard_error = (0.25 / 200) ** 0.5
+    assert difference == 0.5 and 0.5 - 4 * standard_error < low < 0.5 < high < 0.5 + 4 * standard_error
+    # Seeded: the same draws give the same interval.
+    assert homonym_senses.paired_bootstrap(scores, scores.flip(0)) == homonym_senses.paired_bootstrap(
+        scores, scores.flip(0)
+    )
+
+
+def test_homonym_senses_compare_gives_the_difference_of_the_two_models_scores(base_model, tmp_path, capsys):
+    """`--compare A B`: at each layer, B's mean score minus A's as each model's own run reports them, and at the best
+    layer of each; a model against itself differs by 0 everywhere."""
+    homonym_senses = import_nsmc_example("homonym_senses")
+    other = tmp_path / "other"
+    torch.manual_seed(1)
+    ElmoModel(tiny_config()).save_pretrained(other)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(other)
+    first = homonym_senses.main(["--model", str(base_model)])["overall"]
+    second = homonym_senses.main(["--model", str(other)])["overall"]
+    compared = homonym_senses.main(["--compare", str(base_model), str(other)])
+    for name in ("layer 0", "layer 1", "layer 2", "average of layers"):
+        assert compared[name]["difference"] == pytest.approx(second[name] - first[name], abs=1e-12), name
+        low, high = compared[name]["interval"]
+        assert low <= compared[name]["difference"] <= high
+    best = compared["best layer of each"]
+    contextual = ("layer 1", "layer 2", "average of layers")
+    assert best["first"] == max(contextual, key=first.get) and best["second"] == max(contextual, key=second.get)
+    assert best["difference"] == pytest.approx(second[best["second"]] - first[best["first"]], abs=1e-12)
+    assert "| best layer of each (" in capsys.readouterr().out
+    itself = homonym_senses.main(["--compare", str(base_model), str(base_model)])
+    assert all(row["difference"] == 0 and row["interval"] == (0.0, 0.0) for row in itself.values())
+
+
+def test_sense_counts_count_a_sense_by_its_cues_alone(tmp_path):
+    """An occurrence of the noun counts for the one sense whose cue stands near it, as "several" beside cues of two
+    senses, "no cue" beside none, and apart after a number (두 배, twice); 배우 (actor), another word, not at all."""
+    pytest.importorskip("kiwipiepy", reason="sense_counts.py reads morphemes (the korean extra)")
+    sense_counts = import_nsmc_example("sense_counts")
+    cues = sense_counts.read_cues(sense_counts.CUES)
+    lines = [
+        "아침을 굶어서 배가 고프다",  # belly
+        "우리는 배를 타고 섬에 갔다",  # boat
+        "과일 가게에서 배를 샀다",  # pear
+        "배가 고파서 배를 깎아 먹었다",  # belly, then several
+        "그 배우는 연기를 잘한다",  # 배우, another word
+        "가격이 두 배로 올랐다",  # the bound noun
+        "배를 보았다",  # no cue
+    ]
+    counts = sense_counts.count_senses(lines, cues)
+    # 배 of 배가 고파서 stands beside 고프 alone; 배 of 배를 깎아, beside 깎 and, four morphemes back, 고프.
+    assert counts["배"] == {"belly": 2, "boat": 1, "pear": 1, "several": 1, "after a number": 1, "no cue": 1}
+    path = tmp_path / "text.txt"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    written = tmp_path / "counts.json"
+    results = sense_counts.main([str(path), "--json", str(written)])
+    assert json.loads(written.read_text(encoding="utf-8")) == results
+    assert results[str(path)]["바람"] == {"wind": 0, "wish": 0, "affair": 0}
+
+
 def squad_file(path: Path, paragraphs: list[tuple[str, list[tuple[str, str]]]]) -> Path:
     """A SQuAD-layout file of one article: each paragraph's context and its (question, answer) pairs, the answer the
     first occurrence of its text in the context."""

@@ -1,6 +1,7 @@
 """Do a biLM's layers tell a Korean homonym's senses apart? Leave-one-out nearest-neighbour sense accuracy per layer.
 
     OMP_NUM_THREADS=1 python examples/nsmc/homonym_senses.py --model ko-nsmc
+    OMP_NUM_THREADS=1 python examples/nsmc/homonym_senses.py --compare ko-nsmc outputs/nsmc/elmo-ko-v10
 
 `homonyms.tsv` (beside this script) holds sentences written for this test: for each homonym (배: belly, boat, pear;
 눈: eye, snow; ...) at least 6 sentences per sense, the homonym always in the same whitespace word (the `target`,
@@ -17,6 +18,10 @@ its homonym's `n_homonym` sentences. A layer that gives the target one vector in
 character CNN, layer 0, on identical words) ties all neighbours, so it scores exactly chance by construction. Each
 homonym's sentences are encoded in one batch. Prints the accuracies (averaged over all sentences, then per homonym)
 as markdown tables; `main` returns them.
+
+`--compare A B` scores two biLMs on the same sentences and prints B's mean score minus A's, at each one's best
+contextual layer (chosen on the whole test, as the single-model table reports it) and at each layer both have, with
+a 95% interval from the paired bootstrap over the sentences: whether B is shown better, worse, or neither.
 """
 
 import argparse
@@ -111,42 +116,107 @@ def chance_scores(senses: list[str]) -> torch.Tensor:
     return torch.tensor([(counts[sense] - 1) / (len(senses) - 1) for sense in senses], dtype=torch.float64)
 
 
+def sentence_scores(model: ElmoModel, tokenizer: ElmoTokenizer, groups: dict[str, list[dict]]) -> dict:
+    """
+    `{"chance" or a layer's name: (sentences,)}`: each sentence's score (see the module's doc), in the homonyms'
+    order and each homonym's file order, for every layer and the average of the layers.
+    """
+    layer_names = [f"layer {number}" for number in range(model.config.n_layers + 1)] + ["average of layers"]
+    scores = {name: [] for name in ["chance", *layer_names]}
+    for group in groups.values():
+        senses = [row["sense"] for row in group]
+        vectors = target_vectors(
+            model, tokenizer, [row["sentence"] for row in group], [row["target"] for row in group]
+        )
+        vectors = torch.cat([vectors, vectors.mean(0, keepdim=True)])
+        scores["chance"].append(chance_scores(senses))
+        for name, layer_vectors in zip(layer_names, vectors):
+            scores[name].append(nearest_neighbour_scores(layer_vectors, senses))
+    return {name: torch.cat(values) for name, values in scores.items()}
+
+
+def best_layer(scores: dict[str, torch.Tensor]) -> str:
+    """The name of the contextual vectors (an LSTM layer or the average) with the highest mean score."""
+    return max((name for name in scores if name not in ("chance", "layer 0")), key=lambda name: scores[name].mean())
+
+
+def paired_bootstrap(first: torch.Tensor, second: torch.Tensor, resamples: int = 10_000, seed: int = 0):
+    """
+    `second - first` in mean score over the same sentences `(sentences,)`, and its 95% interval by the paired
+    bootstrap: the sentences drawn with replacement `resamples` times, each draw scoring both models on the same
+    sentences, the interval the 2.5th and 97.5th percentiles of the differences.
+    """
+    generator = torch.Generator().manual_seed(seed)
+    draws = torch.randint(len(first), (resamples, len(first)), generator=generator)
+    differences = (second[draws] - first[draws]).mean(-1)
+    low, high = torch.quantile(differences, torch.tensor([0.025, 0.975], dtype=differences.dtype)).tolist()
+    return (second - first).mean().item(), low, high
+
+
+def load(name: str, parser: argparse.ArgumentParser):
+    """The biLM and tokenizer of `name` in float32; a one-line usage error where they cannot be loaded."""
+    try:
+        return load_model_and_tokenizer(name, ElmoModel, dtype=torch.float32)
+    except ValueError as error:
+        parser.error(str(error))
+
+
+def compare(names: list[str], groups: dict[str, list[dict]], parser: argparse.ArgumentParser) -> dict:
+    """`--compare A B`: B's score minus A's at each one's best contextual layer and at each layer both have, with
+    the paired bootstrap's 95% interval; printed as a markdown table."""
+    scores = [sentence_scores(*load(name, parser), groups) for name in names]
+    rows = {"best layer of each": (best_layer(scores[0]), best_layer(scores[1]))}
+    rows.update({name: (name, name) for name in scores[0] if name in scores[1] and name != "chance"})
+    print(f"{names[1]} minus {names[0]}: {len(scores[0]['chance'])} sentences, paired bootstrap (10,000 draws)\n")
+    print(f"| vectors | {names[0]} | {names[1]} | difference | 95% interval |\n| --- | ---: | ---: | ---: | --- |")
+    results = {}
+    for row, (first, second) in rows.items():
+        difference, low, high = paired_bootstrap(scores[0][first], scores[1][second])
+        results[row] = {"first": first, "second": second, "difference": difference, "interval": (low, high)}
+        first_score, second_score = scores[0][first].mean().item(), scores[1][second].mean().item()
+        labels = f" ({first}; {second})" if row == "best layer of each" else ""
+        print(
+            f"| {row}{labels} | {first_score:.3f} | {second_score:.3f} | {difference:+.3f} | "
+            f"[{low:+.3f}, {high:+.3f}] |"
+        )
+    return results
+
+
 def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
-    parser.add_argument("--model", required=True, help="a biLM folder or a bundled model's name")
+    models = parser.add_mutually_exclusive_group(required=True)
+    models.add_argument("--model", help="a biLM folder or a bundled model's name")
+    models.add_argument(
+        "--compare",
+        nargs=2,
+        metavar=("A", "B"),
+        help="two biLMs (folders or bundled names): B's score minus A's, with a paired bootstrap's 95%% interval",
+    )
     parser.add_argument("--data", default=str(DATA), help="a homonym file (homonym, sense, target, sentence)")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     logging.disable_progress_bar()
     try:
         groups = read_homonyms(Path(args.data))
-        model, tokenizer = load_model_and_tokenizer(args.model, ElmoModel, dtype=torch.float32)
     except ValueError as error:
         parser.error(str(error))
-    layer_names = [f"layer {number}" for number in range(model.config.n_layers + 1)] + ["average of layers"]
-    scores = {name: [] for name in ["chance", *layer_names]}
-    per_homonym = {}
+    if args.compare:
+        return compare(args.compare, groups, parser)
+    model, tokenizer = load(args.model, parser)
+    scores = sentence_scores(model, tokenizer, groups)
+    layer_names = [name for name in scores if name != "chance"]
+    per_homonym, start = {}, 0
     for homonym, group in groups.items():
         senses = [row["sense"] for row in group]
-        vectors = target_vectors(
-            model, tokenizer, [row["sentence"] for row in group], [row["target"] for row in group]
-        )
-        vectors = torch.cat([vectors, vectors.mean(0, keepdim=True)])
-        group_scores = {"chance": chance_scores(senses)}
-        group_scores.update({name: nearest_neighbour_scores(v, senses) for name, v in zip(layer_names, vectors)})
-        for name, values in group_scores.items():
-            scores[name].append(values)
         per_homonym[homonym] = {
             "target": group[0]["target"],
             "senses": {sense: senses.count(sense) for sense in dict.fromkeys(senses)},
-            **{name: values.mean().item() for name, values in group_scores.items()},
+            **{name: values[start : start + len(group)].mean().item() for name, values in scores.items()},
         }
-    overall = {name: torch.cat(values).mean().item() for name, values in scores.items()}
+        start += len(group)
+    overall = {name: values.mean().item() for name, values in scores.items()}
 
-    sentences = sum(len(group) for group in groups.values())
-    print(
-        f"{args.model}: {len(groups)} homonyms, {sentences} sentences; leave-one-out 1-NN sense accuracy by cosine\n"
-    )
+    print(f"{args.model}: {len(groups)} homonyms, {start} sentences; leave-one-out 1-NN sense accuracy by cosine\n")
     print("| vectors | accuracy |\n| --- | ---: |")
     for name in [*layer_names, "chance"]:
         print(f"| {name} | {overall[name]:.3f} |")
