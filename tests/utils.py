@@ -70,8 +70,8 @@ def assert_gradients_match(handwritten, reference, atol, rtol):
 
 
 # Runs in a fresh interpreter where any import of hf_elmo fails, as on a machine without the package. Loads each
-# (folder, Auto class name) with that Auto class and AutoTokenizer, and saves what it computed (sentences pre-split
-# or raw strings).
+# (folder or Hub id, Auto class name) with AutoConfig, that Auto class and AutoTokenizer, and saves what it computed
+# (sentences pre-split or raw strings).
 REMOTE_LOAD_SCRIPT = textwrap.dedent(
     """
     import sys
@@ -99,14 +99,16 @@ REMOTE_LOAD_SCRIPT = textwrap.dedent(
         ).eval()
         with torch.no_grad():
             output, reference_output = model(**batch), reference(**batch)
-        results[folder] = {"model_class": type(model).__module__ + "." + type(model).__name__,
+        config = transformers.AutoConfig.from_pretrained(folder, trust_remote_code=True)
+        results[folder] = {"config_class": type(config).__module__ + "." + type(config).__name__,
+                           "model_class": type(model).__module__ + "." + type(model).__name__,
                            "tokenizer_class": type(tokenizer).__module__ + "." + type(tokenizer).__name__,
                            "input_ids": batch["input_ids"], "output": output[0],
                            "recurrence_implementation": reference.config.recurrence_implementation,
                            "reference_output": reference_output[0]}
-    # A pipeline on a saved folder, from the folder's code alone.
+    # A pipeline on a saved folder, from the folder's code alone, on the first sentence.
     extractor = transformers.pipeline("feature-extraction", model=jobs[0][0], trust_remote_code=True)
-    results["pipeline"] = torch.tensor(extractor(" ".join(sentences[0])))
+    results["pipeline"] = torch.tensor(extractor(" ".join(sentences[0]) if split else sentences[0]))
     assert not any(name.startswith("hf_elmo") for name in sys.modules), "hf_elmo was imported"
     torch.save(results, out)
     """
@@ -132,11 +134,16 @@ def hiding_packages(*packages: str) -> str:
     """)
 
 
-def load_without_hf_elmo(jobs: list[list[str]], sentences: list, folder: Path) -> dict:
-    """What `REMOTE_LOAD_SCRIPT` computes from `jobs`, `[folder, Auto class name]` pairs, on `sentences`, in a fresh
-    interpreter without hf_elmo (the first job's folder also runs a feature-extraction pipeline)."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_MODULES_CACHE": str(folder / "modules_cache")}
+def load_without_hf_elmo(jobs: list[list[str]], sentences: list, folder: Path, offline: bool = True) -> dict:
+    """What `REMOTE_LOAD_SCRIPT` computes from `jobs`, `[folder or Hub id, Auto class name]` pairs, on `sentences`,
+    in a fresh interpreter without hf_elmo (the first job's model also runs a feature-extraction pipeline), which
+    works in `folder` (its code modules in `folder/modules_cache`), with `HF_HUB_OFFLINE=1` where `offline`."""
+    env = {**os.environ, "HF_MODULES_CACHE": str(folder / "modules_cache")}
     env.pop("PYTHONPATH", None)
+    if offline:
+        env["HF_HUB_OFFLINE"] = "1"
+    else:
+        env.pop("HF_HUB_OFFLINE", None)
     result = subprocess.run(
         [sys.executable, "-c", REMOTE_LOAD_SCRIPT, json.dumps(jobs), json.dumps(sentences), str(folder / "out.pt")],
         env=env,
