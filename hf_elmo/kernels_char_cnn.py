@@ -1,7 +1,8 @@
 """
-The character CNN's kernels: each distinct word found once ([`distinct_rows_by_packed_keys`]) and the convolutions'
-max over positions as matrix products ([`max_pooled_by_matmul`]). Registered in `kernels_elmo`, beside the reference
-code of `modeling_elmo` (`distinct_rows_reference`, `torch.unique`; `conv_max_pooled`).
+The character CNN's kernels: each distinct word found once ([`distinct_rows_by_packed_keys`]), every row as its own
+for a traced graph ([`every_row_as_distinct`]) and the convolutions' max over positions as matrix products
+([`max_pooled_by_matmul`]). Registered in `kernels_elmo`, beside the reference code of `modeling_elmo`
+(`distinct_rows_reference`, `torch.unique`; `conv_max_pooled`).
 """
 
 import torch
@@ -51,3 +52,8 @@ def distinct_rows_by_packed_keys(rows: torch.Tensor) -> tuple[torch.Tensor, torc
     inverse = torch.empty_like(order)
     inverse[order] = starts_group.cumsum(dim=0) - 1
     return rows[order[starts_group]], inverse
+
+
+def every_row_as_distinct(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Every row of `rows` as its own, for a traced graph, which cannot hold a count of distinct rows."""
+    return rows, torch.arange(rows.shape[0], device=rows.device)  # not len(), which a graph would fix

@@ -108,7 +108,10 @@ def lstm_layer_in_place(
     packed_inputs = layout.pack(inputs)
     if module.input_is_context_free:
         # Context-free word vectors, one row per occurrence of a word: project each distinct row once and copy its
-        # gates to every position holding it.
+        # gates to every position holding it. `torch.unique` itself, not `kernels_elmo.ALL_DISTINCT_ROWS`: that
+        # registry finds distinct rows of character ids (its kernels pack non-negative integers into keys, and its
+        # graph entries keep every row), these rows are float vectors, and this kernel runs on the inference path
+        # alone, where no graph is traced.
         distinct, positions = torch.unique(packed_inputs, dim=0, return_inverse=True)
         distinct_gates = memory.new_empty(len(distinct), 4 * cell)
         step_products(module, module.input_kernel, [len(distinct)], False, compute_dtype)[len(distinct)](

@@ -84,14 +84,6 @@ def distinct_rows_reference(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Ten
     return torch.unique(rows, dim=0, return_inverse=True)
 
 
-def every_row_as_distinct(rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Every row of `rows` as its own, for a traced graph, which cannot hold a count of distinct rows."""
-    return rows, torch.arange(rows.shape[0], device=rows.device)  # not len(), which a graph would fix
-
-
-ALL_DISTINCT_ROWS["exported"] = ALL_DISTINCT_ROWS["compiled"] = every_row_as_distinct
-
-
 def conv_max_pooled(module: nn.Conv1d, chars: torch.Tensor) -> torch.Tensor:
     """The reference character convolution: `chars` `(words, chars, char_dim)` -> max over positions `(words, n)`."""
     return F.conv1d(chars.transpose(1, 2), module.weight, module.bias).amax(dim=-1)
@@ -107,7 +99,7 @@ class ElmoCharConvolution(nn.Conv1d):
     def forward(self, chars: torch.Tensor) -> torch.Tensor:
         """`chars` `(words, max_characters_per_token, char_embedding_dim)` -> `(words, n_filters)`."""
         path = choose_path(self.config, [self], chars)
-        return ALL_CHARACTER_CONVOLUTIONS.get_interface(path, conv_max_pooled)(self, chars)
+        return ALL_CHARACTER_CONVOLUTIONS.get_interface(path, chars.device, conv_max_pooled)(self, chars)
 
 
 class ElmoCharacterEncoder(nn.Module):
@@ -267,11 +259,6 @@ def lstm_layers_scanned(
     return lstm_layers_reference(layers, inputs, mask, hidden, memory, over_steps=scan_over_steps)
 
 
-# Exported only: a compiled graph keeps the loop (it is specialised to its number of steps), since inductor's lowering
-# of a scan to a while loop fails on this one (a data-dependent scalar, torch 2.13).
-ALL_RECURRENCES["exported"] = lstm_layers_scanned
-
-
 def run_lstm_directions(
     layers: Sequence["ElmoLstmLayer"],
     inputs: Sequence[torch.Tensor],
@@ -284,7 +271,8 @@ def run_lstm_directions(
     one biLM layer, one config) on their inputs, as [`lstm_layers_reference`] takes and returns them.
     """
     path = choose_path(layers[0].config, layers, *inputs, *hidden, *memory)
-    return ALL_RECURRENCES.get_interface(path, lstm_layers_reference)(layers, inputs, mask, hidden, memory)
+    recurrence = ALL_RECURRENCES.get_interface(path, inputs[0].device, lstm_layers_reference, lstm_layers_scanned)
+    return recurrence(layers, inputs, mask, hidden, memory)
 
 
 class ElmoLstmLayer(nn.Module):
@@ -656,7 +644,7 @@ class ElmoModel(ElmoPreTrainedModel):
         # A padded position's row is made the empty row (all zeros), so that padding is one more distinct word at most.
         valid = mask.reshape(-1, 1).bool()
         path = choose_path(self.config, [self.char_encoder], flat_ids)
-        find_distinct = ALL_DISTINCT_ROWS.get_interface(path, distinct_rows_reference)
+        find_distinct = ALL_DISTINCT_ROWS.get_interface(path, flat_ids.device, distinct_rows_reference)
         distinct_ids, where = find_distinct(flat_ids.masked_fill(~valid, 0))
         # Under a `device_map` the encoder returns on its own device.
         embedded = encode(distinct_ids).to(where.device)[where]
@@ -823,7 +811,8 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"{tuple(input_ids.shape[:2])}"
             )
         mask = valid_positions(input_ids, attention_mask)
-        ALL_RIGHT_PADDING_CHECKS.get_interface(choose_path(self.config, [], mask), check_right_padding)(mask)
+        path = choose_path(self.config, [], mask)
+        ALL_RIGHT_PADDING_CHECKS.get_interface(path, mask.device, check_right_padding)(mask)
         return mask
 
     def _validated_state(self, initial_state, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -849,13 +838,6 @@ def check_right_padding(mask: torch.Tensor) -> None:
     lengths = mask.sum(dim=1, keepdim=True)
     if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
         raise ValueError("attention_mask must mark each row's valid positions first (right padding)")
-
-
-def trust_right_padding(mask: torch.Tensor) -> None:
-    """Checks nothing: a traced graph cannot raise on values, so its caller's mask is taken as right-padded."""
-
-
-ALL_RIGHT_PADDING_CHECKS["exported"] = ALL_RIGHT_PADDING_CHECKS["compiled"] = trust_right_padding
 
 
 def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -947,7 +929,8 @@ class ElmoTaskBiLstm(nn.LSTM):
 
     def forward(self, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         path = choose_path(self.config, [self], features)
-        return ALL_TASK_BILSTMS.get_interface(path, task_bilstm_packed)(self, features, mask)
+        task_bilstm = ALL_TASK_BILSTMS.get_interface(path, features.device, task_bilstm_packed, task_bilstm_scanned)
+        return task_bilstm(self, features, mask)
 
 
 def task_bilstm_packed(module: ElmoTaskBiLstm, features: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -975,10 +958,6 @@ def task_bilstm_scanned(module: ElmoTaskBiLstm, features: torch.Tensor, mask: to
         output, _, _ = scan_over_steps(step, inputs @ input_weight.T + sum(biases), mask, hidden, memory)
         outputs.append(output if suffix == "" else reverse_valid_steps(output, lengths))
     return torch.cat(outputs, dim=-1)
-
-
-# Exported only, as the recurrence: a compiled graph runs the packed rows (each specialisation its own lengths).
-ALL_TASK_BILSTMS["exported"] = task_bilstm_scanned
 
 
 def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -> torch.Tensor:

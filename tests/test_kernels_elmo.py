@@ -16,7 +16,7 @@ from utils import (
     tiny_config,
 )
 
-from hf_elmo import ElmoModel
+from hf_elmo import ElmoModel, kernels_elmo
 from hf_elmo.modeling_elmo import runs_only_its_forward
 
 
@@ -146,3 +146,29 @@ def test_machine_settings_are_chosen_at_from_pretrained_and_not_saved(tmp_path):
     assert loaded.config.cpu_matmul == "int8" and loaded.bilm.forward_layers[0].config is loaded.config
     with pytest.raises(ValueError, match="cpu_matmul must be one of"):
         ElmoModel.from_pretrained(tmp_path, cpu_matmul="mkl")
+
+
+def test_every_entry_is_declared_and_an_unknown_key_raises():
+    """Each registry has an entry for every path (the model's own code named where it runs), a device's entry comes
+    before its path's, and a key that names no path is a `KeyError` naming the paths, as `AttentionInterface`'s."""
+    registry = kernels_elmo.ALL_DISTINCT_ROWS
+    assert set(registry) == set(kernels_elmo.PATHS)
+    for table in (kernels_elmo.ALL_RECURRENCES, kernels_elmo.ALL_TASK_BILSTMS, kernels_elmo.ALL_RIGHT_PADDING_CHECKS):
+        assert set(table) >= set(kernels_elmo.PATHS) and table["reference"] == kernels_elmo.REFERENCE
+
+    def reference(rows):
+        return rows
+
+    cpu = torch.device("cpu")
+    assert registry.get_interface("reference", cpu, reference) is reference
+    assert registry.get_interface("inference", cpu, reference).__name__ == "distinct_rows_by_packed_keys"
+    with pytest.raises(KeyError, match="'fast' is not a key of ALL_DISTINCT_ROWS: a path \\(reference, exported"):
+        registry.get_interface("fast", cpu, reference)
+    with pytest.raises(KeyError, match="is not a key of ALL_DISTINCT_ROWS"):
+        registry.register(("inference", torch.device("cuda")), reference)
+    with pytest.raises(KeyError, match="the reference path of ALL_DISTINCT_ROWS runs the model's own code"):
+        registry.register(("reference", "cuda"), reference)
+    with pytest.raises(ValueError, match="needs one entry for each of exported, compiled, inference, training"):
+        kernels_elmo.Kernels("ALL_NEW", inference=reference)
+    with pytest.raises(TypeError, match="the exported path of ALL_RECURRENCES runs the reference's graph form"):
+        kernels_elmo.ALL_RECURRENCES.get_interface("exported", cpu, reference)
