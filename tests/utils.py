@@ -313,8 +313,8 @@ def spy_on_kernels(monkeypatch) -> list[str]:
     reference code's where a registry has no kernel for the chosen name)."""
     calls, get_interface = [], kernels_elmo.Kernels.get_interface
 
-    def spy(registry, path, reference):
-        chosen = get_interface(registry, path, reference)
+    def spy(registry, *arguments, **keywords):
+        chosen = get_interface(registry, *arguments, **keywords)
         calls.append(chosen.__name__)
         return chosen
 
