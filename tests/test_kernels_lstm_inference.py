@@ -1,15 +1,18 @@
 """
 The inference recurrence (`lstm_layer_in_place`) against the reference recurrence of `modeling_elmo`
 (`lstm_layers_reference`), fp32 within `FLOAT32_TOLERANCE`: padded batches, initial state, chunks of steps, repeated
-words, long sentences in windows, and the fixture checkpoint.
+words, long sentences in windows, and the fixture checkpoint; on weights whose memories and outputs reach the clips
+(`model_reaching_the_clips`), so that a clip the kernel dropped shows.
 """
 
 import pytest
 import torch
 from utils import (
     FLOAT32_TOLERANCE,
+    assert_clips_reached,
     assert_close_in_bfloat16,
     assert_outputs_match,
+    model_reaching_the_clips,
     random_batch,
     random_state,
     run_model,
@@ -20,17 +23,24 @@ from utils import (
 from hf_elmo import ElmoModel, kernels_lstm_inference
 from hf_elmo.kernels_lstm_inference import gate_chunks
 
-
-@pytest.mark.parametrize(
+# Weights redrawn with std 0.3 (`model_reaching_the_clips`) against clips of 1.0 and 0.5: a seventh of the memories and
+# an eighth of the outputs are clipped, where the default initialisation reaches neither clip of `tiny_config`.
+CLIPPED_CONFIGS = pytest.mark.parametrize(
     "config_overrides",
-    [{}, {"cell_clip": None, "proj_clip": None}, {"projection_dim": 16, "use_skip_connections": False}],
+    [
+        {"cell_clip": 1.0, "proj_clip": 0.5},
+        {"cell_clip": None, "proj_clip": None},
+        {"projection_dim": 16, "use_skip_connections": False, "cell_clip": 1.0},  # no projection, no proj_clip
+    ],
     ids=["projected-clipped", "unclipped", "unprojected"],
 )
+
+
+@CLIPPED_CONFIGS
 @pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2]], ids=["batch1", "padded"])
 def test_fast_recurrence_matches_reference(config_overrides, lengths, monkeypatch):
-    torch.manual_seed(0)
     config = tiny_config(**config_overrides)
-    model = ElmoModel(config).eval()
+    model = model_reaching_the_clips(config)
     input_ids, mask = random_batch(config, lengths)
     initial_state = random_state(config, len(lengths))
     for state in (None, initial_state):
@@ -38,20 +48,21 @@ def test_fast_recurrence_matches_reference(config_overrides, lengths, monkeypatc
         fast = run_model(model, input_ids, mask, True, monkeypatch, state)
         assert_outputs_match(fast, exact)
         assert torch.all(fast.last_hidden_state[~mask.bool()] == 0)
+        assert_clips_reached(model.bilm.forward_layers[0], exact.final_state[1], exact.hidden_states[1])
 
 
 @pytest.mark.parametrize("chunk_rows", [1, 3, 7])
 def test_fast_recurrence_in_chunks_of_steps(chunk_rows, monkeypatch):
     """Input gates computed a few steps at a time, including steps with more rows than a chunk holds."""
     monkeypatch.setattr(kernels_lstm_inference, "GATE_CHUNK_ROWS", chunk_rows)
-    torch.manual_seed(0)
-    config = tiny_config()
-    model = ElmoModel(config).eval()
+    config = tiny_config(cell_clip=1.0, proj_clip=0.5)
+    model = model_reaching_the_clips(config)
     input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
     initial_state = random_state(config, 5)
     exact = run_model(model, input_ids, mask, False, monkeypatch, initial_state)
     fast = run_model(model, input_ids, mask, True, monkeypatch, initial_state)
     assert_outputs_match(fast, exact)
+    assert_clips_reached(model.bilm.forward_layers[0], exact.final_state[1], exact.hidden_states[1])
 
 
 @pytest.mark.parametrize(
@@ -84,9 +95,8 @@ def test_fast_recurrence_with_repeated_words(monkeypatch):
 
 
 def test_fast_recurrence_on_a_long_sentence_with_state_carried_across_windows(monkeypatch):
-    torch.manual_seed(0)
-    config = tiny_config(projection_dim=32, cell_dim=64)
-    model = ElmoModel(config).eval()
+    config = tiny_config(projection_dim=32, cell_dim=64, cell_clip=1.0, proj_clip=0.5)
+    model = model_reaching_the_clips(config, scale=0.2)
     input_ids, mask = random_batch(config, [300, 120])
     state = {True: None, False: None}
     for window in range(0, 300, 100):
@@ -95,6 +105,8 @@ def test_fast_recurrence_on_a_long_sentence_with_state_carried_across_windows(mo
             fast: run_model(model, window_ids, window_mask, fast, monkeypatch, state[fast]) for fast in (True, False)
         }
         assert_outputs_match(outputs[True], outputs[False])
+        exact = outputs[False]
+        assert_clips_reached(model.bilm.forward_layers[0], exact.final_state[1], exact.hidden_states[1])
         state = {fast: output.final_state for fast, output in outputs.items()}
     whole = {fast: run_model(model, input_ids, mask, fast, monkeypatch) for fast in (True, False)}
     assert_outputs_match(whole[True], whole[False])
@@ -137,17 +149,12 @@ def test_fast_recurrence_on_fixture_checkpoint(fixture_model, fixture_sentences,
     assert_outputs_match(fast, exact)
 
 
-@pytest.mark.parametrize(
-    "config_overrides",
-    [{}, {"cell_clip": None, "proj_clip": None}, {"projection_dim": 16, "use_skip_connections": False}],
-    ids=["projected-clipped", "unclipped", "unprojected"],
-)
+@CLIPPED_CONFIGS
 @pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2]], ids=["batch1", "padded"])
 def test_fast_recurrence_under_autocast_matches_reference_under_autocast(config_overrides, lengths, monkeypatch):
     """Mixed precision: the products in bfloat16 as autocast takes the reference's, the state in float32."""
-    torch.manual_seed(0)
     config = tiny_config(**config_overrides)
-    model = ElmoModel(config).eval()
+    model = model_reaching_the_clips(config)
     input_ids, mask = random_batch(config, lengths)
     state = random_state(config, len(lengths))
     with torch.autocast("cpu", dtype=torch.bfloat16):
@@ -158,6 +165,7 @@ def test_fast_recurrence_under_autocast_matches_reference_under_autocast(config_
     for fast_state, exact_state in zip(fast.final_state, exact.final_state, strict=True):
         assert fast_state.dtype == torch.float32
         assert_close_in_bfloat16(fast_state, exact_state)
+    assert_clips_reached(model.bilm.forward_layers[0], exact.final_state[1], exact.hidden_states[1])
     float32 = run_model(model, input_ids, mask, True, monkeypatch, state)
     assert (fast.last_hidden_state - float32.last_hidden_state).abs().max() > FLOAT32_TOLERANCE  # bfloat16 products
 

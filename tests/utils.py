@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hf_elmo import ElmoConfig, ElmoTokenizer, kernels_elmo
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, kernels_elmo
 from hf_elmo.modeling_elmo import ElmoBiLm
 from hf_elmo.weight_mapping import parameter_groups
 
@@ -372,12 +372,41 @@ def bilm_leaves(config, lengths, initial_state, dtype=torch.float32, seed=1):
     return mask, *(leaf.requires_grad_() for leaf in (tokens, hidden, memory))
 
 
+def redraw_weights(module, scale):
+    """Every parameter of `module` redrawn in place, normal with std `scale`, from torch's generator as it stands;
+    returns `module`. With the default initialisation the memories and outputs of a tiny biLM stay far from the clips
+    (below 2.5 against 3.0 on random words), so that clipped and unclipped code run the same arithmetic."""
+    with torch.no_grad():
+        for parameter in module.parameters():
+            parameter.normal_(std=scale)
+    return module
+
+
 def bilm_with_weights_of_scale(config, scale, dtype=torch.float32, seed=0):
     """An `ElmoBiLm` whose parameters are normal with std `scale`: large enough for memories and outputs to reach the
     clips (at 1.0 the gates saturate, and float32 rounding grows too much for tight gradient comparisons)."""
     torch.manual_seed(seed)
-    bilm = ElmoBiLm(config).to(dtype)
-    with torch.no_grad():
-        for parameter in bilm.parameters():
-            parameter.normal_(std=scale)
-    return bilm
+    return redraw_weights(ElmoBiLm(config).to(dtype), scale)
+
+
+def model_reaching_the_clips(config, scale=0.3, seed=0):
+    """
+    An `ElmoModel` in eval mode whose biLM parameters are redrawn with std `scale` (`redraw_weights`): with
+    `cell_clip=1.0` and `proj_clip=0.5`, about a seventh of the final memories and an eighth of the first layer's
+    outputs of random words are at a clip (`assert_clips_reached` checks that some are).
+    """
+    torch.manual_seed(seed)
+    model = ElmoModel(config).eval()
+    redraw_weights(model.bilm, scale)
+    return model
+
+
+def assert_clips_reached(layer, final_memory, outputs):
+    """
+    Where `layer` (an `ElmoLstmLayer`) clips, some of `final_memory` is at its `cell_clip` and some of `outputs` (of
+    a first layer, which has no skip connection) at its `proj_clip`: the clipped arithmetic ran, and was compared.
+    """
+    if layer.cell_clip is not None:
+        assert (final_memory.abs() == layer.cell_clip).any(), f"no memory reached cell_clip={layer.cell_clip}"
+    if layer.proj_clip is not None:
+        assert (outputs.abs() == layer.proj_clip).any(), f"no output reached proj_clip={layer.proj_clip}"
