@@ -72,3 +72,33 @@ def model_dir(tmp_path_factory) -> Path:
 def model(model_dir) -> ElmoModel:
     """`model_dir` loaded as an `ElmoModel` in eval mode (do not modify it in a test)."""
     return ElmoModel.from_pretrained(model_dir).eval()
+
+
+@pytest.fixture
+def stand_in_hub(tmp_path, monkeypatch):
+    """
+    The stand-in Hub (`hub_stand_in.StandInHub`, a test double of the Hub, which cannot be reached here) serving
+    on 127.0.0.1 for one test, with this process and its subprocesses pointed at it: `HF_ENDPOINT`, a Hub cache
+    and `HF_HOME` of the test's own, a dummy `HF_TOKEN`, and offline mode off. Stopped after the test.
+    """
+    from hub_stand_in import StandInHub
+    from huggingface_hub import constants
+
+    hub = StandInHub(tmp_path / "stand_in_hub").start()
+    home = tmp_path / "hf_home"
+    settings = {"HF_ENDPOINT": hub.endpoint, "HF_HOME": str(home), "HF_HUB_CACHE": str(home / "hub")}
+    for name, value in {**settings, "HF_TOKEN": "hf_stand_in_token"}.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.delenv("TRANSFORMERS_OFFLINE", raising=False)
+    # huggingface_hub reads these variables once, when it is imported (already done here), into `constants`, where
+    # its functions read them at each call: the environment reaches subprocesses, `constants` this process.
+    monkeypatch.setattr(constants, "ENDPOINT", hub.endpoint)
+    monkeypatch.setattr(
+        constants, "HUGGINGFACE_CO_URL_TEMPLATE", hub.endpoint + "/{repo_id}/resolve/{revision}/{filename}"
+    )
+    monkeypatch.setattr(constants, "HF_HOME", settings["HF_HOME"])
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", settings["HF_HUB_CACHE"])
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    yield hub
+    hub.stop()
