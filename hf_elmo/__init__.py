@@ -1,23 +1,17 @@
 """
-hf_elmo: ELMo for transformers. The public names below are imported when first read (a module `__getattr__`, as
-transformers' `_LazyModule` does), so that `import hf_elmo.configuration_elmo` needs no torch.
+hf_elmo: ELMo for transformers. `import hf_elmo` registers ELMo with transformers' Auto classes and pipelines
+(`register_auto_classes`, the one place that does); the other public names below are imported when first read (a
+module `__getattr__`, as transformers' `_LazyModule` does).
 
-`import hf_elmo` registers ELMo with the Auto classes. The config and the tokenizer need only transformers, and are
-registered at once. The model classes and the question-answering pipeline need torch: they are registered the first
-time an `ElmoConfig` is made, which every Auto path does before it looks for a model class (`AutoModel.from_pretrained`
-reads `config.json` first, `from_config` takes one, `pipeline(...)` reads it before it checks the task).
+Registering needs transformers' config class, whose import takes torch with it where torch is installed: `import
+hf_elmo`, and so every module of the package, costs seconds (benchmarks/RESULTS.md, "Command start-up"). Where torch
+is not installed, the config and the tokenizer are registered and the configuration reads and checks a `config.json`.
 """
 
 # The package's version, in this one place: pyproject.toml reads it from here (setuptools' `attr:`, without importing).
 __version__ = "0.1.0"
 
 import importlib
-
-from transformers import AutoConfig, AutoTokenizer
-
-from . import configuration_elmo
-from .configuration_elmo import ElmoConfig
-from .tokenization_elmo import ElmoTokenizer
 
 # Each public name read from the package, and the module that holds it.
 PUBLIC_NAMES = {
@@ -52,17 +46,26 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *PUBLIC_NAMES})
 
 
-def register_model_classes() -> None:
+def register_auto_classes() -> None:
     """
-    Makes each Auto class give its ELMo model class for an `ElmoConfig`, and `pipeline("question-answering")` ELMo's
-    pipeline (transformers 5 has none of its own); nothing where torch is not installed.
+    Makes `AutoConfig` and `AutoTokenizer` give ELMo's for `model_type="elmo"`, each Auto class of
+    `modeling_elmo.AUTO_CLASSES` its ELMo model, and `pipeline("question-answering")` ELMo's pipeline (transformers 5
+    has none of its own); the model classes and the pipeline only where torch is installed. Each class is also
+    registered for its Auto class (`register_for_auto_class`), so that `save_pretrained` writes `auto_map` and copies
+    the code files: a saved folder loads with `trust_remote_code=True` without hf_elmo. Run once, by `import hf_elmo`.
     """
+    import transformers
     from transformers.utils import is_torch_available
 
+    from .configuration_elmo import ElmoConfig
+    from .tokenization_elmo import ElmoTokenizer
+
+    transformers.AutoConfig.register("elmo", ElmoConfig, exist_ok=True)
+    transformers.AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
+    ElmoConfig.register_for_auto_class("AutoConfig")
+    ElmoTokenizer.register_for_auto_class("AutoTokenizer")
     if not is_torch_available():
         return
-    import transformers
-    from transformers import AutoModelForQuestionAnswering
     from transformers.pipelines import PIPELINE_REGISTRY
 
     from .modeling_elmo import AUTO_CLASSES
@@ -76,15 +79,9 @@ def register_model_classes() -> None:
     PIPELINE_REGISTRY.register_pipeline(
         "question-answering",
         pipeline_class=ElmoQuestionAnsweringPipeline,
-        pt_model=AutoModelForQuestionAnswering,
+        pt_model=transformers.AutoModelForQuestionAnswering,
         type="text",
     )
 
 
-# register_for_auto_class makes save_pretrained write `auto_map` and copy the code files, so that saved folders also
-# load with trust_remote_code=True without hf_elmo.
-AutoConfig.register("elmo", ElmoConfig, exist_ok=True)
-AutoTokenizer.register(ElmoConfig, tokenizer_class=ElmoTokenizer, exist_ok=True)
-ElmoConfig.register_for_auto_class("AutoConfig")
-ElmoTokenizer.register_for_auto_class("AutoTokenizer")
-configuration_elmo.ON_FIRST_CONFIG.append(register_model_classes)
+register_auto_classes()

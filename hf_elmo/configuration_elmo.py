@@ -28,10 +28,6 @@ CPU_MATMULS = ("auto", "int8")
 # The label schemes that `crf_constraint` may name (see `crf_elmo.allowed_transitions`), and the prefixes of their
 # labels besides "O".
 LABEL_SCHEMES = {"BIO": ("B", "I"), "BIOES": ("B", "I", "E", "S")}
-# What runs once, when the first ElmoConfig is made: `hf_elmo/__init__.py` puts the registration of the model classes
-# with the Auto classes here, which imports torch, so that importing this file does not (a saved folder's copy holds
-# nothing here).
-ON_FIRST_CONFIG: list[Callable[[], None]] = []
 
 logger = logging.get_logger(__name__)
 
@@ -296,8 +292,6 @@ class ElmoConfig(PreTrainedConfig):
         warn_about_unknown_keys(kwargs)
         super().__post_init__(**kwargs)  # `num_hidden_layers` too, as `n_layers`
         self.validate()
-        while ON_FIRST_CONFIG:
-            ON_FIRST_CONFIG.pop()()
 
     def __setattr__(self, key, value):
         # Every field's rule, whenever it is set: `from_pretrained(..., n_layers=...)` sets fields after `__init__`.

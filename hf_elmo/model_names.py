@@ -1,14 +1,14 @@
 """What a model name on a command line can stand for, decided from the name and the disk alone.
 
 A name is a local folder, else a bundled model's name, else a Hub id (`hf_elmo.loading.resolve_model_name`, which
-loads it). The rules that need neither the network nor torch are here, so that the command line
-(`hf_elmo.command_line`, run by the console script without importing the package) and `hf_elmo.loading` apply the
-same ones. This module imports nothing from the package.
+loads it). The rules that need neither the network nor a model are here, so that the command line
+(`hf_elmo.command_line`, which answers before any model loads) and `hf_elmo.loading` apply the same ones. This module
+imports nothing from the package.
 """
 
 from pathlib import Path
 
-# The bundled models' folders (`hf_elmo.bundled`), found from this file without importing the package.
+# The bundled models' folders (`hf_elmo.bundled`), found from this file.
 BUNDLED_DIR = Path(__file__).resolve().parent / "bundled"
 
 

@@ -286,8 +286,8 @@ def printed_similarity_tables(lines: list[str]) -> dict[int, np.ndarray]:
     return tables
 
 
-# `hf-elmo ARGV` by the console script's function (`hf_elmo_launcher.main`), in a process of its own.
-LAUNCHER = "import sys; from hf_elmo_launcher import main; sys.exit(main())"
+# `hf-elmo ARGV` by the console script's function (`hf_elmo.command_line.main`), in a process of its own.
+LAUNCHER = "import sys; from hf_elmo.command_line import main; sys.exit(main())"
 
 
 def run_launcher(argv: list[str], cwd: Path, script: str = LAUNCHER) -> subprocess.CompletedProcess:
@@ -309,12 +309,12 @@ def run_launcher(argv: list[str], cwd: Path, script: str = LAUNCHER) -> subproce
 
 
 def test_quickstart_without_kiwipiepy_names_the_extra_at_once(tmp_path):
-    """Found, not imported: the line comes before torch is imported."""
+    """Found, not imported: the line comes before the quickstart's module (and its models) is imported."""
     hide_kiwipiepy = hiding_packages("kiwipiepy") + textwrap.dedent("""
-        from hf_elmo_launcher import main
+        from hf_elmo.command_line import main
 
         code = main(["quickstart"])
-        print(code, "torch" in sys.modules, file=sys.stderr)
+        print(code, "hf_elmo.quickstart" in sys.modules, file=sys.stderr)
     """)
     result = run_launcher([], tmp_path, script=hide_kiwipiepy)
     assert result.stderr.splitlines() == [

@@ -31,61 +31,59 @@ from utils import (
 )
 
 import hf_elmo.command_line
-import hf_elmo_launcher
 from hf_elmo import ElmoForQuestionAnswering, ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.cli import main
-from hf_elmo.command_line import parse_command
 from hf_elmo.configuration_elmo import CPU_MATMULS
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_console_script_is_declared():
+    """The console script is the command line's own `main`, the function `conversion/` and `examples/` call."""
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts["hf-elmo"] == "hf_elmo_launcher:main"
-    # `python -m hf_elmo.cli` is the same command: the launcher parses with the file hf_elmo.cli imports.
-    assert hf_elmo_launcher.command_line.__file__ == hf_elmo.command_line.__file__
-    assert hf_elmo_launcher.command_line.parse_command.__code__.co_code == parse_command.__code__.co_code
+    assert scripts == {"hf-elmo": "hf_elmo.command_line:main"}
+    assert not (ROOT / "hf_elmo_launcher.py").exists()
 
 
-def test_the_package_never_imports_the_launcher():
-    """The launcher runs the package's command line; the package importing it back would close a circle."""
-    for path in (ROOT / "hf_elmo").rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Import):
-                assert all(alias.name != "hf_elmo_launcher" for alias in node.names), path
-            elif isinstance(node, ast.ImportFrom):
-                assert node.module != "hf_elmo_launcher", path
-
-
-# `hf-elmo ARGV` by the console script; its last line on stderr is the exit status and whichever of torch,
-# transformers and the package were imported.
+# `hf-elmo ARGV` by the console script's function, for each ARGV of the JSON list given, in one process: for each, its
+# lines on stderr and its exit status, then the modules of the package that the answers imported beyond what
+# `import hf_elmo` does (none: no command's module, so no model read and nothing written).
 PROBE = textwrap.dedent("""
-    import sys
-    from hf_elmo_launcher import main
-    try:
-        code = main(sys.argv[1:])
-    except SystemExit as exit:
-        code = exit.code
-    # A package is in sys.modules once imported; the launcher enters hf_elmo's torch-free modules without it.
-    loaded = sorted(set(sys.modules) & {"torch", "transformers", "hf_elmo"})
-    print(code, *loaded, file=sys.stderr)
+    import contextlib, io, json, sys
+    from hf_elmo.command_line import main
+    before = set(sys.modules)
+    answers = []
+    for argv in json.loads(sys.argv[1]):
+        stderr = io.StringIO()
+        with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+            try:
+                code = main(argv)
+            except SystemExit as exit:
+                code = exit.code
+        answers.append([*stderr.getvalue().splitlines(), str(code)])
+    print(json.dumps([answers, sorted(name for name in set(sys.modules) - before if name.startswith("hf_elmo"))]))
 """)
 
 
-def probe(argv: list, cwd: Path) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [sys.executable, "-c", PROBE, *map(str, argv)],
+def probe(runs: list, cwd: Path) -> list[list[str]]:
+    """For each argument list of `runs`, the stderr lines of `hf-elmo ARGV` and its exit status last, all run in one
+    process from `cwd`; asserts that none of them imported a command's module."""
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE, json.dumps([list(map(str, argv)) for argv in runs])],
         capture_output=True,
         text=True,
         env={**os.environ, "PYTHONPATH": str(ROOT)},
         cwd=cwd,
-        timeout=60,
+        timeout=300,
     )
+    assert result.returncode == 0, result.stderr[-2000:]
+    answers, imported = json.loads(result.stdout.splitlines()[-1])
+    assert imported == [], imported
+    return answers
 
 
-def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path):
-    """`import hf_elmo` takes seconds (it registers with the Auto classes); what needs no model must not pay them."""
+def test_help_and_argument_errors_are_answered_before_any_command_loads(tmp_path):
+    """`--help`, a subcommand's and an argument error are the parser's: no command's module is imported (`probe`)."""
     runs = {
         "--help": "0",
         "embed --help": "0",
@@ -97,15 +95,14 @@ def test_help_and_argument_errors_import_neither_torch_nor_transformers(tmp_path
         f"info {tmp_path / 'missing'}": "1",
         f"export --model-dir {tmp_path / 'missing'} --output-dir {tmp_path / 'out'}": "1",
     }
-    for argv, code in runs.items():
-        result = probe(argv.split(), tmp_path)
-        assert result.stderr.splitlines()[-1] == code, (argv, result.stderr)
+    answers = probe([argv.split() for argv in runs], tmp_path)
+    assert [answer[-1] for answer in answers] == list(runs.values()), answers
     assert not (tmp_path / "out").exists()
 
 
 def test_errors_that_need_no_model_are_one_line_before_torch(tmp_path):
     """A missing checkpoint file, a missing text file, an output that exists, a quickstart picture into a folder that
-    does not exist: each is answered in one line without importing torch or transformers (`probe` lists them)."""
+    does not exist: each is answered in one line before any command's module is imported (`probe`)."""
     (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
     (tmp_path / "out.h5").write_bytes(b"written before")
     missing = tmp_path / "missing"
@@ -133,9 +130,8 @@ def test_errors_that_need_no_model_are_one_line_before_torch(tmp_path):
         ),
         f"quickstart --plot {missing}/bae.png": (f"hf-elmo: error: no such folder for --plot: {missing}", "1"),
     }
-    for argv, lines in runs.items():
-        result = probe(argv.split(), tmp_path)
-        assert result.stderr.splitlines() == list(lines), (argv, result.stderr)
+    answers = probe([argv.split() for argv in runs], tmp_path)
+    assert dict(zip(runs, answers)) == {argv: list(lines) for argv, lines in runs.items()}
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "out.h5"]
     assert (tmp_path / "out.h5").read_bytes() == b"written before"
 
@@ -150,13 +146,13 @@ def test_an_unknown_option_is_named_and_no_option_is_abbreviated(tmp_path):
         "info model --verbose=1": "--verbose=1",
         "--colour embed": "--colour",
     }
-    for argv, unknown in runs.items():
-        result = probe(argv.split(), tmp_path)
-        assert result.stderr.splitlines()[-2:] == [
+    answers = probe([argv.split() for argv in runs], tmp_path)
+    for (argv, unknown), answer in zip(runs.items(), answers):
+        assert answer[-2:] == [
             f"hf-elmo{' ' + argv.split()[0] if not argv.startswith('-') else ''}: error: unrecognized arguments: "
             f"{unknown}",
             "2",
-        ], (argv, result.stderr)
+        ], (argv, answer)
     assert not list(tmp_path.iterdir())
 
 
@@ -204,19 +200,15 @@ def test_convert_and_export_overwrite_refuse_an_output_folder_holding_their_inpu
             "--overwrite",
         ): f"{model} is inside --output-dir {model}",
     }
-    for argv, start in runs.items():
-        argv = ("convert", *argv) if argv[0] != "export" else argv
-        result = probe(argv, tmp_path)
-        assert result.stderr.splitlines() == [
-            f"hf-elmo: error: {start}, which --overwrite replaces: write to another folder",
-            "2",
-        ], (argv, result.stderr)
+    answers = probe([("convert", *argv) if argv[0] != "export" else argv for argv in runs], tmp_path)
+    replaced = "which --overwrite replaces: write to another folder"
+    assert answers == [[f"hf-elmo: error: {start}, {replaced}", "2"] for start in runs.values()]
     assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
 
 
 def test_embed_options_that_cannot_apply_are_answered_before_anything_loads(model_dir, tmp_path):
     """A count below 1, or `--mix` weights that are not numbers or not one per layer of a local folder's or a bundled
-    model's config: one line and argparse's status 2, without the seconds of importing torch and loading the model."""
+    model's config: one line and argparse's status 2, before the command's module is imported and the model loaded."""
     text = tmp_path / "in.txt"
     text.write_text("the cat\n", encoding="utf-8")
     runs = {
@@ -227,11 +219,17 @@ def test_embed_options_that_cannot_apply_are_answered_before_anything_loads(mode
         "--mix 1,x,2": "--mix takes comma-separated numbers, got '1,x,2'",
         "--mix 1,nan,2": "--mix takes finite numbers, got 1.0,nan,2.0",
     }
-    for options, message in runs.items():
-        result = probe(["embed", model_dir, text, "out.h5", *options.split()], tmp_path)
-        assert result.stderr.splitlines() == [f"hf-elmo: error: {message}", "2"], (options, result.stderr)
-    bundled = probe(["embed", "ko-nsmc", text, "out.h5", "--pretokenize", "--mix", "0.5,0.5"], tmp_path)
-    assert bundled.stderr.splitlines() == ["hf-elmo: error: --mix needs 3 weights (one per layer), got 2", "2"]
+    answers = probe(
+        [
+            *(["embed", model_dir, text, "out.h5", *options.split()] for options in runs),
+            ["embed", "ko-nsmc", text, "out.h5", "--pretokenize", "--mix", "0.5,0.5"],
+        ],
+        tmp_path,
+    )
+    assert answers == [
+        *([f"hf-elmo: error: {message}", "2"] for message in runs.values()),
+        ["hf-elmo: error: --mix needs 3 weights (one per layer), got 2", "2"],
+    ]
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
 
 

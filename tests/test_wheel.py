@@ -5,7 +5,7 @@ where the quickstart, `hf-elmo embed` and a pipeline run from a folder outside t
 Nothing is downloaded: the build runs without isolation (setuptools, from the test extra, is installed here), and the
 fresh environment sees this environment's packages through a `.pth` line naming its site-packages. A `.pth` line adds
 a folder to `sys.path` without reading the `.pth` files inside it, so the editable install of this checkout (a finder
-that those files start) is not seen there: `hf_elmo` and `hf_elmo_launcher` can only come from the wheel.
+that those files start) is not seen there: `hf_elmo` can only come from the wheel.
 """
 
 import os
@@ -81,8 +81,8 @@ def test_the_installed_wheel_runs_the_quickstart_embed_and_a_pipeline_outside_th
     bin_folder, env = installed
     where = textwrap.dedent("""
         import sys
-        import hf_elmo, hf_elmo_launcher
-        print(hf_elmo.__file__, hf_elmo_launcher.__file__, sep="\\n")
+        import hf_elmo, hf_elmo.command_line
+        print(hf_elmo.__file__, hf_elmo.command_line.__file__, sep="\\n")
         print(*(finder.__module__ for finder in sys.meta_path), sep="\\n", file=sys.stderr)
     """)
     found = run([bin_folder / "python", "-c", where], tmp_path, env)
