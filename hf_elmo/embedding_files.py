@@ -4,7 +4,8 @@
 a time (`batch_lines`, `embed_batch`, `embed_long`, `select_layers`), into `OUTPUT.parts/` (`Hdf5Output`,
 `NpyOutput`), stopping within moments on Ctrl-C or SIGTERM, never in the middle of a write (`DeferredStop`); rank 0
 then assembles OUTPUT. A run is identified by its input, model and output options (`run_identity`), only the run it
-continues may resume from the parts, and one run at a time writes OUTPUT (`folders.lock_output`).
+continues may resume from the parts, each of which is checked before the run goes on (`check_part`: a damaged one is
+removed and its lines embedded again), and one run at a time writes OUTPUT (`folders.lock_output`).
 The layouts and shapes are described in `hf_elmo/command_line.py` (`hf-elmo embed --help`), which parses the
 arguments; the `embed` command of `hf_elmo/cli.py` calls `embed_file`.
 """
@@ -14,10 +15,12 @@ import hashlib
 import io
 import itertools
 import json
+import math
 import os
 import shutil
 import signal
 import sys
+import zipfile
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -27,8 +30,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import CommandError, ElmoConversionError, first_line
-from .folders import lock_output
+from .errors import CommandError, ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
+from .folders import create_exclusively, lock_output, refuse_link
 from .text_files import LineTooLong, TextFileError, UndecodableLine, count_lines, read_lines
 
 # Lines read ahead and sorted by length, so that each batch holds sentences of similar length.
@@ -144,6 +147,7 @@ class PartsOutput:
                         f"{self.parts} holds an unfinished run; pass --resume to continue it, or remove it"
                     )
                 _check_identity(self.state_file, identity, self.parts)
+                self.remove_damaged_parts()
             try:
                 self.parts.mkdir(parents=True, exist_ok=True)
                 _write_whole(self.state_file, lambda handle: handle.write(json.dumps(identity, indent=1).encode()))
@@ -155,17 +159,34 @@ class PartsOutput:
             raise
 
     def _lock(self):
-        """Takes the lock of OUTPUT; a one-line error where another run holds it, or the filesystem cannot lock."""
+        """Takes the lock of OUTPUT; a one-line error where another run holds it, the filesystem cannot lock, or a
+        link stands where the lock file or `OUTPUT.parts/` would be (`folders.LinkRefused`)."""
         try:
             self.lock = lock_output(self.path)
+            refuse_link(self.parts, "parts folder")
         except ElmoConversionError as error:
             raise CommandError(str(error)) from error
+
+    def remove_damaged_parts(self):
+        """
+        Checks every part of a run to resume (`check_part`) before any line is embedded: a damaged one (cut short,
+        holding another kind of data) is removed, said so on stderr, and its lines are embedded again.
+        """
+        for part in sorted(self.parts.glob(f"*{self.PART_SUFFIX}")):
+            try:
+                check_part(part)
+            except FileContentError as error:
+                part.unlink()
+                print(f"hf-elmo: {error}: removed, its lines are embedded again", file=sys.stderr)
 
     def release(self):
         """Drops the lock of OUTPUT (the end of the process drops it too)."""
         if self.lock is not None:
             self.lock.release()
             self.lock = None
+
+    # What names a part: `{first line}.npz` (HDF5) or `{line}.npy`.
+    PART_SUFFIX = ""
 
     def finished_lines(self) -> set[str]:
         raise NotImplementedError
@@ -191,6 +212,8 @@ class Hdf5Output(PartsOutput):
             raise CommandError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
         super().__init__(path, identity, resume, joins_rank_zero)
         self.batch = {}
+
+    PART_SUFFIX = ".npz"
 
     def finished_lines(self) -> set[str]:
         finished = set()
@@ -220,8 +243,9 @@ class Hdf5Output(PartsOutput):
                 f"{needed:,}; free some space and rerun with --resume"
             )
         partial = self.path.with_name(f".{self.path.name}.partial")
+        file = create_exclusively(partial)  # a link found there stays, unfollowed
         try:
-            with h5py.File(partial, "w") as handle:
+            with file, h5py.File(file, "w") as handle:
                 for part in sorted(self.parts.glob("*.npz"), key=lambda p: int(p.stem)):
                     with np.load(part) as arrays:
                         for name in arrays.files:
@@ -239,6 +263,8 @@ class Hdf5Output(PartsOutput):
 class NpyOutput(PartsOutput):
     """One `{index}.npy` per finished line in `OUTPUT.parts/`; `finish` adds `sentence_to_index.json`, drops the run
     state and renames the folder to OUTPUT."""
+
+    PART_SUFFIX = ".npy"
 
     def finished_lines(self) -> set[str]:
         return {p.stem for p in self.parts.glob("*.npy") if p.stem.isdigit()}
@@ -259,15 +285,17 @@ class NpyOutput(PartsOutput):
 
 def _write_whole(path: Path, write):
     """
-    Calls `write(buffer)` on an in-memory buffer, writes its bytes to a temporary file beside `path` and renames it
-    to `path` once complete. The file is written by its own `write`, which names the cause of a failure (a full
-    disk), where numpy writing an array to a file would say only "N requested and M written".
+    Calls `write(buffer)` on an in-memory buffer, writes its bytes to a temporary file beside `path`, made new
+    (`folders.create_exclusively`: never through a link), and renames it to `path` once complete. The file is
+    written by its own `write`, which names the cause of a failure (a full disk), where numpy writing an array to a
+    file would say only "N requested and M written".
     """
     buffer = io.BytesIO()
     write(buffer)
     partial = path.with_name(f".{path.name}.partial")
+    handle = create_exclusively(partial)  # a link found there stays, unfollowed
     try:
-        with open(partial, "wb") as handle:
+        with handle:
             handle.write(buffer.getbuffer())
         os.replace(partial, path)
     except BaseException:
@@ -275,12 +303,58 @@ def _write_whole(path: Path, write):
         raise
 
 
+def check_part(path: Path) -> None:
+    """
+    A `FileContentError` naming the part `path` of `OUTPUT.parts/` where it is not as the run wrote it: a `.npy`
+    file, or a `.npz` archive of them stored uncompressed (as `np.savez` writes it), each named after its line and
+    holding float32 values of one to three dimensions in exactly as many bytes as its header says (a pickled object
+    is refused unread), and an archive whose every byte reads back with its checksum (`ZipFile.testzip`). Reads no
+    more than the part holds: the sizes come from the file, never from a header alone.
+    """
+    problem = f"{path} is damaged"
+    try:
+        if path.suffix == ".npy":
+            with open(path, "rb") as handle:
+                _check_array(handle, os.fstat(handle.fileno()).st_size, path.stem, problem)
+            return
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.infolist():
+                stem = member.filename.removesuffix(".npy")
+                if member.filename == stem:
+                    raise FileContentError(f"{problem} (it holds {member.filename!r}, not one line's array)")
+                if member.compress_type != zipfile.ZIP_STORED:
+                    raise FileContentError(f"{problem} ({member.filename} is compressed, as embed never writes it)")
+                with archive.open(member) as handle:
+                    _check_array(handle, member.file_size, stem, problem)
+            if (bad := archive.testzip()) is not None:
+                raise FileContentError(f"{problem} ({bad} does not match its checksum)")
+    except (OSError, EOFError, zipfile.BadZipFile, zipfile.LargeZipFile) as error:
+        raise FileContentError(f"{problem} ({first_line(error)})") from error
+
+
+def _check_array(handle, size: int, stem: str, problem: str) -> None:
+    """Checks the `.npy` bytes `handle` reads (`size` of them) for `check_part`: named after a line, float32, one to
+    three dimensions, and as many bytes as its header says."""
+    try:
+        version = np.lib.format.read_magic(handle)
+        read_header = np.lib.format.read_array_header_1_0 if version == (1, 0) else np.lib.format.read_array_header_2_0
+        shape, _, dtype = read_header(handle)
+    except ValueError as error:  # not a .npy header
+        raise FileContentError(f"{problem} ({first_line(error)})") from error
+    if not stem.isdigit() or dtype != np.float32 or not 1 <= len(shape) <= 3:
+        raise FileContentError(f"{problem} (line {stem!r}: {dtype} values of shape {shape}, not float32 ones)")
+    if handle.tell() + 4 * math.prod(shape) != size:
+        raise FileContentError(f"{problem} (line {stem}: its header says {shape}, its bytes are {size:,})")
+
+
 def _check_identity(state_file: Path, identity: dict, parts: Path):
     """Refuses to resume a run that was started with another input, model or output option, changing nothing."""
-    try:
-        stored = json.loads(state_file.read_text())
-    except (OSError, ValueError):
-        stored = {}
+    stored, fix = {}, f"remove {parts} to start over"
+    if state_file.exists():
+        try:
+            stored = JsonFields(read_json_file(state_file, fix), state_file, fix).data
+        except FileContentError as error:
+            raise CommandError(f"cannot resume {parts}: {error}") from error
     differ = [key for key in identity if stored.get(key) != identity[key]]
     if differ:
         details = "; ".join(f"{key}: was {stored.get(key, 'not recorded')}, now {identity[key]}" for key in differ)
@@ -509,7 +583,7 @@ def embed_shard(
                     stop.done += len(batch)
     except TextFileError as error:
         raise input_error(error) from error
-    except (OSError, RuntimeError) as error:
+    except (OSError, RuntimeError, ElmoConversionError) as error:  # the last: a link where a part is made
         raise WriteFailure.of(output.path, error) from error
 
 
@@ -526,7 +600,7 @@ def assemble(output: Hdf5Output | NpyOutput, input_path: Path, errors: str, sent
         raise input_error(error) from error
     try:
         output.finish(mapping if sentence_to_index else None)
-    except (OSError, RuntimeError) as error:
+    except (OSError, RuntimeError, ElmoConversionError) as error:
         raise WriteFailure.of(output.path, error) from error
     return skipped
 

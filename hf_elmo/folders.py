@@ -10,6 +10,11 @@ A write that fails, on a full disk or a read-only folder, is one line naming the
 A run that writes an output over time (`hf-elmo embed`, `hf-elmo pretrain`, the example scripts) holds its
 [`OutputLock`] from before it looks at what the output holds until it is done: a second run on the same output is
 refused in one line while the first lives, instead of both writing it.
+
+Nothing the package writes for itself beside an output (a lock, a staging file or folder, a part) is ever opened
+through a link: [`create_exclusively`] makes each file new (`O_CREAT | O_EXCL | O_NOFOLLOW`), [`make_new_folder`] each
+staging folder of a fixed name, and the lock file is opened with `O_NOFOLLOW`. A link found where the package makes
+its own file or folder is refused in one line ([`LinkRefused`]) and left as it is, and so is the file it names.
 """
 
 import contextlib
@@ -18,6 +23,7 @@ import glob
 import os
 import re
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -42,14 +48,77 @@ WRITE_ADVICE = {
 }
 
 
+class LinkRefused(ElmoConversionError):
+    """A link where the package makes a file or folder of its own: not followed, nothing written through it."""
+
+    def __init__(self, path: Path, what: str):
+        try:
+            target = f" (to {os.readlink(path)})"
+        except OSError:
+            target = ""
+        super().__init__(
+            f"{path} is a link{target} where hf_elmo makes its {what}; it was not followed and nothing was written "
+            "through it: remove the link and run again"
+        )
+
+
+def refuse_link(path: Path, what: str) -> None:
+    """Raises `LinkRefused` where `path`, where the package makes its `what` (a lock, a staging file), is a link."""
+    if os.path.islink(path):
+        raise LinkRefused(path, what)
+
+
+def create_exclusively(path: Path, what: str = "staging file"):
+    """
+    The binary file object of a new file `path`, made by this call and open for writing and reading back (as HDF5
+    does): never a file that was
+    there, never one a link names (`O_CREAT | O_EXCL | O_NOFOLLOW`). A file a killed writer left at `path` is removed
+    first (its name alone: a hard link's other names keep their file); a link there is `LinkRefused`.
+    """
+    refuse_link(path, what)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(path)
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+    try:
+        descriptor = os.open(path, flags, 0o666)
+    except FileExistsError:
+        refuse_link(path, what)  # a link put there meanwhile
+        raise
+    return os.fdopen(descriptor, "w+b")
+
+
+def make_new_folder(path: Path, what: str = "staging folder") -> None:
+    """
+    Makes `path` a new, empty folder of this process's own: what a killed writer left there (a folder, a file) is
+    removed first, a link there is `LinkRefused`; `mkdir` makes it (it never follows a link), and it is checked to
+    be a folder, not a link, once made.
+    """
+    refuse_link(path, what)
+    if os.path.isdir(path):
+        shutil.rmtree(path)
+    else:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        refuse_link(path, what)
+        raise
+    if not stat.S_ISDIR(os.lstat(path).st_mode):
+        raise LinkRefused(path, what)
+
+
 def write_failure_reason(error: BaseException) -> str | None:
     """
     Why a write failed (a full disk, a read-only folder), where `error` is a failed write, else None: an `OSError`,
-    or what safetensors and `torch.save` raise for one (`torch.save` reports a full disk as a failed check of its zip
-    writer, without the system's reason).
+    what safetensors and `torch.save` raise for one (`torch.save` reports a full disk as a failed check of its zip
+    writer, without the system's reason), or a link refused (`LinkRefused`).
     """
     from safetensors import SafetensorError
 
+    if isinstance(error, LinkRefused):
+        return first_line(error)
     if isinstance(error, OSError):
         return error.strerror or first_line(error)
     if isinstance(error, SafetensorError) and "I/O error: " in str(error):
@@ -78,7 +147,8 @@ def apply_umask(folder: Path):
     umask = os.umask(0)
     os.umask(umask)
     for path in [folder, *folder.rglob("*")]:
-        os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
+        if not path.is_symlink():  # chmod would change the file a link names
+            os.chmod(path, (0o777 if path.is_dir() else 0o666) & ~umask)
 
 
 def lock_folder(folder: Path) -> int | None:
@@ -89,7 +159,7 @@ def lock_folder(folder: Path) -> int | None:
     """
     if fcntl is None:
         return None
-    descriptor = os.open(folder, os.O_RDONLY)
+    descriptor = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
     try:
         fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -143,9 +213,20 @@ def lock_output(path: str | os.PathLike) -> OutputLock:
     while True:
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
-            descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT, 0o666)
+            refuse_link(lock_file, "lock file")
+            descriptor = os.open(lock_file, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
         except OSError as error:
+            if error.errno == errno.ELOOP:  # a link put there meanwhile
+                raise LinkRefused(lock_file, "lock file") from error
             raise write_error(path, error) from error
+        held = os.fstat(descriptor)
+        if not stat.S_ISREG(held.st_mode) or held.st_nlink > 1:  # 0: released meanwhile, and taken anew below
+            os.close(descriptor)
+            kind = "a second name (hard link) of another file" if stat.S_ISREG(held.st_mode) else "no regular file"
+            raise ElmoConversionError(
+                f"{lock_file} is {kind} where hf_elmo makes its lock file; nothing was written to it: remove it and "
+                "run again"
+            )
         try:
             fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError as error:

@@ -345,17 +345,17 @@ def stop_on_a_full_disk(model_dir: Path, folder: Path, monkeypatch, capsys) -> s
     """`embed --format npy` of 6 lines into `folder/npy`, one a batch, on a disk that fills after 3 lines: the
     command's stderr, once it failed."""
     (folder / "in.txt").write_text("\n".join(corpus(6, seed=12)) + "\n", encoding="utf-8")
-    written, real_open = [], open
+    written, real_create = [], embedding_files.create_exclusively
 
-    def filling_open(path, mode="r", *args, **kwargs):
-        handle = real_open(path, mode, *args, **kwargs)
+    def filling_create(path, *args, **kwargs):
+        handle = real_create(path, *args, **kwargs)
         if str(path).endswith(".npy.partial"):
             written.append(path)
             return FullDiskFile(handle) if len(written) > 3 else handle
         return handle
 
     with monkeypatch.context() as patch:
-        patch.setattr(embedding_files, "open", filling_open, raising=False)
+        patch.setattr(embedding_files, "create_exclusively", filling_create)
         capsys.readouterr()
         argv = ["embed", model_dir, folder / "in.txt", folder / "npy", "--top", "--format", "npy", "--batch-size", "1"]
         assert main(list(map(str, argv))) == 1
@@ -536,3 +536,126 @@ def test_gzip_input_is_read(model_dir, tmp_path):
     assert sorted(plain) == sorted(compressed)
     for name in plain:
         np.testing.assert_array_equal(plain[name], compressed[name], err_msg=name)  # the same batches: same bits
+
+
+# -- links and damaged parts (issue 50) -------------------------------------------------------------------------------
+
+
+def embed_args(model_dir: Path, folder: Path, output: str, *options) -> list[str]:
+    return ["embed", str(model_dir), str(folder / "in.txt"), str(folder / output), "--top", *options]
+
+
+@pytest.mark.parametrize("name", [".out.h5.lock", ".out.h5.partial"])
+def test_a_link_where_embed_makes_its_own_file_is_refused_and_what_it_names_is_unchanged(
+    model_dir, tmp_path, capsys, name
+):
+    """`ln -s mine.txt .out.h5.lock` (or `.out.h5.partial`): the run is refused in one line, the link is not followed
+    and `mine.txt` keeps its bytes; a refused assembly keeps the lines for --resume, which, the link gone, finishes."""
+    (tmp_path / "in.txt").write_text("\n".join(corpus(5, seed=3)) + "\n", encoding="utf-8")
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(b"the user's own bytes\n")
+    link = tmp_path / name
+    link.symlink_to(mine)
+    capsys.readouterr()
+    assert main(embed_args(model_dir, tmp_path, "out.h5")) == 1
+    error = capsys.readouterr().err.splitlines()[-1]
+    assert f"{link} is a link (to {mine}) where hf_elmo makes its " in error and "Traceback" not in error
+    assert mine.read_bytes() == b"the user's own bytes\n" and link.is_symlink()
+    assert not (tmp_path / "out.h5").exists()
+    if name == ".out.h5.lock":  # refused before anything is written
+        assert error.startswith("hf-elmo: error: ") and not (tmp_path / "out.h5.parts").exists()
+        return
+    assert error.endswith(
+        f"the finished lines are kept in {tmp_path / 'out.h5.parts'}/, rerun with --resume once fixed"
+    )
+    link.unlink()
+    assert main(embed_args(model_dir, tmp_path, "out.h5", "--resume")) == 0
+    assert len(read_hdf5(tmp_path / "out.h5")) == 6 and mine.read_bytes() == b"the user's own bytes\n"
+
+
+def stopped_hdf5_run(model_dir: Path, folder: Path, capsys) -> Path:
+    """The parts folder of an `embed` of 6 lines, 2 a batch, stopped before its assembly (a link where it would
+    write), as a run resumed later finds it."""
+    (folder / "in.txt").write_text("\n".join(corpus(6, seed=8)) + "\n", encoding="utf-8")
+    link = folder / ".out.h5.partial"
+    link.symlink_to(folder / "elsewhere")
+    assert main(embed_args(model_dir, folder, "out.h5", "--batch-size", "2")) == 1
+    link.unlink()
+    capsys.readouterr()
+    return folder / "out.h5.parts"
+
+
+def pickled_part(path: Path) -> None:
+    """A part holding a pickled object where a line's array would be (np.load refuses it unread; so must resume)."""
+    with open(path, "wb") as handle:
+        np.savez(handle, **{path.stem: np.array([{"a": 1}], dtype=object)})
+
+
+def lying_header(path: Path) -> None:
+    """A part whose array's header claims more values than its bytes hold."""
+    arrays = dict(np.load(path))
+    name, array = next(iter(arrays.items()))
+    arrays[name] = np.zeros((array.shape[0] + 1, *array.shape[1:]), dtype=np.float32)
+    with open(path, "wb") as handle:
+        np.savez(handle, **arrays)
+    data = bytearray(path.read_bytes())
+    cut = data.find(b"\x93NUMPY")  # the header of the first array, kept; its values cut by one row
+    path.write_bytes(bytes(data[: cut + 128]) + bytes(data[cut + 128 + 4 * array[0].size :]))
+
+
+DAMAGES = {
+    "cut in half": lambda path: path.write_bytes(path.read_bytes()[: path.stat().st_size // 2]),
+    "a pickled object": pickled_part,
+    "a byte of its values changed": lambda path: path.write_bytes(
+        (lambda data: data[:200] + bytes([data[200] ^ 0xFF]) + data[201:])(path.read_bytes())
+    ),
+    "a header claiming more values than it holds": lying_header,
+}
+
+
+@pytest.mark.parametrize("damage", DAMAGES)
+def test_a_damaged_part_is_embedded_again_before_the_run_goes_on(model_dir, tmp_path, capsys, damage):
+    """A part of a stopped run cut in half, holding a pickled object, or with bytes that do not match its checksum or
+    header: `--resume` names it in one line, removes it and embeds its lines again, before any other work; the
+    output is the one a run that was never stopped writes."""
+    parts = stopped_hdf5_run(model_dir, tmp_path, capsys)
+    damaged = sorted(parts.glob("*.npz"), key=lambda part: int(part.stem))[1]
+    DAMAGES[damage](damaged)
+    assert main(embed_args(model_dir, tmp_path, "out.h5", "--resume")) == 0
+    err = capsys.readouterr().err
+    told = [line for line in err.splitlines() if " is damaged " in line]
+    assert len(told) == 1 and told[0].startswith(f"hf-elmo: {damaged} is damaged (") and "Traceback" not in err
+    assert told[0].endswith("): removed, its lines are embedded again")
+    assert err.index(told[0]) < err.index("hf-elmo: resuming: ")  # before any line is embedded
+    assert main(embed_args(model_dir, tmp_path, "fresh.h5", "--batch-size", "2")) == 0
+    got, want = read_hdf5(tmp_path / "out.h5"), read_hdf5(tmp_path / "fresh.h5")
+    assert sorted(got) == sorted(want)
+    for name in want:
+        if name != "sentence_to_index":
+            np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE, err_msg=name)
+
+
+def test_a_damaged_npy_part_is_embedded_again(model_dir, tmp_path, monkeypatch, capsys):
+    """The same check for `--format npy`, whose parts are `.npy` files: one cut short is embedded again."""
+    stop_on_a_full_disk(model_dir, tmp_path, monkeypatch, capsys)
+    damaged = sorted((tmp_path / "npy.parts").glob("*.npy"))[0]
+    damaged.write_bytes(damaged.read_bytes()[:-8])
+    argv = ["embed", model_dir, tmp_path / "in.txt", tmp_path / "npy", "--top", "--format", "npy", "--resume"]
+    assert main(list(map(str, argv))) == 0
+    assert f"hf-elmo: {damaged} is damaged (line {damaged.stem}: its header says" in capsys.readouterr().err
+    assert len(list((tmp_path / "npy").glob("*.npy"))) == 6
+    for index in range(6):  # each line whole: its words' vectors
+        assert np.load(tmp_path / "npy" / f"{index}.npy").dtype == np.float32
+
+
+def test_a_run_state_that_is_not_json_is_one_line(model_dir, tmp_path, capsys):
+    """`OUTPUT.parts/hf_elmo_embed.json` damaged: `--resume` is refused in one line naming it, changing nothing."""
+    parts = stopped_hdf5_run(model_dir, tmp_path, capsys)
+    (parts / "hf_elmo_embed.json").write_text('["not", "an object"]')
+    before = snapshot(parts)
+    assert main(embed_args(model_dir, tmp_path, "out.h5", "--resume")) == 1
+    assert capsys.readouterr().err == (
+        f"hf-elmo: error: cannot resume {parts}: {parts / 'hf_elmo_embed.json'}: the file is a list of 2 items, not "
+        f"an object; remove {parts} to start over\n"
+    )
+    assert snapshot(parts) == before
