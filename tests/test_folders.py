@@ -13,7 +13,17 @@ import pytest
 
 from hf_elmo import folders
 from hf_elmo.errors import ElmoConversionError
-from hf_elmo.folders import STAGING_MARK, atomic_directory, lock_folder, lock_output, write_failure_reason
+from hf_elmo.folders import (
+    STAGING_MARK,
+    LinkRefused,
+    apply_umask,
+    atomic_directory,
+    create_exclusively,
+    lock_folder,
+    lock_output,
+    make_new_folder,
+    write_failure_reason,
+)
 
 
 def staging_folder(parent: Path, name: str) -> Path:
@@ -210,3 +220,100 @@ def test_write_failures_are_told_from_other_errors():
     assert write_failure_reason(torch_save) == "torch.save could not write a checkpoint (is the disk full?)"
     assert write_failure_reason(RuntimeError("shapes do not match")) is None
     assert write_failure_reason(ValueError("bad")) is None
+
+
+# -- nothing written through a link (issue 50) ------------------------------------------------------------------------
+
+
+@pytest.fixture
+def users_file(tmp_path) -> Path:
+    """A file of the user's, which a link the package finds may name: it must keep its bytes."""
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(b"the user's own bytes\n")
+    return mine
+
+
+def test_a_link_where_the_lock_file_would_be_is_refused_and_not_followed(tmp_path, users_file):
+    """`ln -s mine.txt .out.lock`: the lock is refused in one line, `mine.txt` does not get the process id."""
+    link = tmp_path / ".out.lock"
+    link.symlink_to(users_file)
+    with pytest.raises(LinkRefused) as raised:
+        lock_output(tmp_path / "out")
+    assert str(raised.value) == (
+        f"{link} is a link (to {users_file}) where hf_elmo makes its lock file; it was not followed and nothing was "
+        "written through it: remove the link and run again"
+    )
+    assert users_file.read_bytes() == b"the user's own bytes\n" and link.is_symlink()
+    assert write_failure_reason(raised.value) == str(raised.value)  # what every writer's handler reports
+
+
+def test_a_link_put_where_the_lock_file_is_opened_is_refused(tmp_path, users_file, monkeypatch):
+    """A link made between the check and the open: `O_NOFOLLOW` refuses it as well."""
+    link, check = tmp_path / ".out.lock", folders.refuse_link
+
+    def link_made_after_the_check(path, what):
+        check(path, what)
+        link.symlink_to(users_file)
+
+    monkeypatch.setattr(folders, "refuse_link", link_made_after_the_check)
+    with pytest.raises(LinkRefused):
+        lock_output(tmp_path / "out")
+    assert users_file.read_bytes() == b"the user's own bytes\n"
+
+
+def test_a_hard_link_where_the_lock_file_would_be_is_refused_unwritten(tmp_path, users_file):
+    os.link(users_file, tmp_path / ".out.lock")
+    with pytest.raises(ElmoConversionError, match=r"\.out\.lock is a second name \(hard link\) of another file"):
+        lock_output(tmp_path / "out")
+    assert users_file.read_bytes() == b"the user's own bytes\n"
+
+
+def test_a_staging_file_is_made_new_never_through_a_link(tmp_path, users_file):
+    """A killed writer's leftover (a file, or a hard link to a user's file) is removed by name and the file made
+    anew; a symbolic link there is refused and left, as the file it names."""
+    staging = tmp_path / ".out.partial"
+    staging.write_bytes(b"a killed writer's half")
+    with create_exclusively(staging) as handle:
+        handle.write(b"new")
+    assert staging.read_bytes() == b"new"
+    staging.unlink()
+    os.link(users_file, staging)
+    with create_exclusively(staging) as handle:
+        handle.write(b"new")
+    assert staging.read_bytes() == b"new" and users_file.read_bytes() == b"the user's own bytes\n"
+    staging.unlink()
+    staging.symlink_to(users_file)
+    with pytest.raises(LinkRefused, match="where hf_elmo makes its staging file"):
+        create_exclusively(staging)
+    assert staging.is_symlink() and users_file.read_bytes() == b"the user's own bytes\n"
+
+
+def test_a_staging_folder_of_a_fixed_name_is_made_new_never_through_a_link(tmp_path):
+    """What a killed run left (a folder with files, a file) is removed and the folder made; a link to a user's folder
+    is refused, and the folder keeps what it holds."""
+    staging, users_folder = tmp_path / ".out.partial", tmp_path / "mine"
+    staging.mkdir()
+    (staging / "half.bin").write_bytes(b"half")
+    make_new_folder(staging)
+    assert staging.is_dir() and not any(staging.iterdir())
+    staging.rmdir()
+    staging.write_bytes(b"a file")
+    make_new_folder(staging)
+    assert staging.is_dir()
+    staging.rmdir()
+    users_folder.mkdir()
+    (users_folder / "keep.txt").write_text("kept")
+    staging.symlink_to(users_folder)
+    with pytest.raises(LinkRefused, match="where hf_elmo makes its staging folder"):
+        make_new_folder(staging)
+    assert staging.is_symlink() and [path.name for path in users_folder.iterdir()] == ["keep.txt"]
+
+
+def test_permissions_are_given_to_a_folder_s_files_not_to_what_its_links_name(tmp_path, users_file):
+    users_file.chmod(0o600)
+    folder = tmp_path / "out"
+    folder.mkdir()
+    (folder / "config.json").write_text("{}")
+    (folder / "link").symlink_to(users_file)
+    apply_umask(folder)
+    assert users_file.stat().st_mode & 0o777 == 0o600
