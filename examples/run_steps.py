@@ -29,6 +29,7 @@ from hf_elmo.folders import (
     OutputLock,
     apply_umask,
     lock_output,
+    make_new_folder,
     replace_folder,
     write_error,
     write_failure_reason,
@@ -254,7 +255,8 @@ def output_written_whole(training_args: TrainingArguments, output_lock: OutputLo
     (`ExampleRun`), is released.
 
     Every process of a distributed run writes into the same staging folder: its name is fixed, so that the processes
-    agree on it without talking, and one left by a stopped run is removed by the next.
+    agree on it without talking, and one left by a stopped run is removed by the next (`folders.make_new_folder`: a
+    link found there is refused in one line, never followed).
     """
     given = training_args.output_dir
     output_dir = Path(given).resolve()
@@ -264,8 +266,7 @@ def output_written_whole(training_args: TrainingArguments, output_lock: OutputLo
     try:
         with training_args.main_process_first(local=False, desc="making the staging folder"):
             if training_args.should_save:
-                shutil.rmtree(staging, ignore_errors=True)
-                staging.mkdir(parents=True)
+                make_new_folder(staging)
         training_args.output_dir = str(staging)
         yield staging
         PartialState().wait_for_everyone()  # every process has written its files
@@ -279,7 +280,7 @@ def output_written_whole(training_args: TrainingArguments, output_lock: OutputLo
     finally:
         training_args.output_dir = given
         if training_args.should_save:
-            shutil.rmtree(staging, ignore_errors=True)
+            shutil.rmtree(staging, ignore_errors=True)  # never a link found there: rmtree refuses links
         if output_lock is not None:
             output_lock.release()
 

@@ -481,6 +481,44 @@ def test_a_second_run_into_an_output_folder_being_written_is_refused_in_one_line
     assert (tmp_path / ".out.partial" / "checkpoint-40").is_dir()
 
 
+@pytest.mark.parametrize("script", ["run_classification.py", "run_token_classification.py"])
+def test_a_link_where_the_lock_file_would_be_is_refused_in_one_line_and_not_followed(
+    base_model, tmp_path, in_process, no_model_loads, capsys, script
+):
+    """`ln -s mine.txt .out.lock`: the run ends in one line, exit status 1, before any model loads; `mine.txt` does
+    not get the run's process id (issue 50)."""
+    write_sentences(tmp_path / "train.csv", 8, seed=0)
+    mine, link, output_dir = tmp_path / "mine.txt", tmp_path / ".out.lock", tmp_path / "out"
+    mine.write_bytes(b"the user's own bytes\n")
+    link.symlink_to(mine)
+    arguments = ["--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv", "--do_train"]
+    code, _ = in_process(script, [*arguments, "--output_dir", output_dir], capsys)
+    assert code == (
+        f"{script}: error: {link} is a link (to {mine}) where hf_elmo makes its lock file; it was not followed and "
+        "nothing was written through it: remove the link and run again"
+    )
+    assert mine.read_bytes() == b"the user's own bytes\n" and link.is_symlink() and not output_dir.exists()
+
+
+def test_a_link_where_the_staging_folder_would_be_is_refused_and_what_it_names_is_unchanged(
+    base_model, tmp_path, in_process, capsys
+):
+    """`ln -s mine .out.partial`, a folder of the user's: the run would train into it and replace the output with
+    it; it ends in one line, exit status 1, and the user's folder holds what it held."""
+    write_sentences(tmp_path / "train.csv", 8, seed=0)
+    mine, link, output_dir = tmp_path / "mine", tmp_path / ".out.partial", tmp_path / "out"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("kept")
+    link.symlink_to(mine)
+    arguments = ["--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv", "--do_train"]
+    code, _ = in_process("run_classification.py", [*arguments, "--max_steps", "1", "--output_dir", output_dir], capsys)
+    assert code == (
+        f"run_classification.py: error: cannot write {output_dir}: {link} is a link (to {mine}) where hf_elmo makes "
+        "its staging folder; it was not followed and nothing was written through it: remove the link and run again"
+    )
+    assert [path.name for path in mine.iterdir()] == ["keep.txt"] and link.is_symlink() and not output_dir.exists()
+
+
 def test_a_full_disk_or_a_read_only_folder_is_one_line_and_leaves_nothing(
     base_model, tmp_path, in_process, monkeypatch, capsys
 ):
