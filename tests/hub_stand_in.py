@@ -61,12 +61,13 @@ class HubError(Exception):
 
 class StandInHub:
     """The server, its repositories under `root/{namespace}/{name}`, and `endpoint`, its URL for `HF_ENDPOINT`;
-    `requests` records each request as `"METHOD /path"`, in order."""
+    `requests` records each request as `"METHOD /path"`, in order, and `private` the repositories made private."""
 
     def __init__(self, root: Path):
         self.root = root
         self.commits: dict[str, str] = {}  # repository id -> its latest commit id
         self.requests: list[str] = []
+        self.private: set[str] = set()
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self.handler_class())
         self.endpoint = f"http://127.0.0.1:{self.server.server_address[1]}"
@@ -155,6 +156,8 @@ class StandInHub:
             raise HubError(409, None, "You already created this model repo", url=f"{self.endpoint}/{repo}")
         (self.root / repo).mkdir(parents=True)
         self.commits[repo] = hashlib.sha1(repo.encode()).hexdigest()
+        if request.get("visibility") == "private":
+            self.private.add(repo)
         return {"url": f"{self.endpoint}/{repo}", "name": repo}
 
     def validate_yaml(self, **_):
@@ -185,7 +188,13 @@ class StandInHub:
     def model_info(self, repo, revision=None, **_):
         folder = self.folder(repo, revision)
         siblings = [{"rfilename": file.relative_to(folder).as_posix()} for file in self.files(repo)]
-        return {"id": repo, "modelId": repo, "sha": self.commits[repo], "private": False, "siblings": siblings}
+        return {
+            "id": repo,
+            "modelId": repo,
+            "sha": self.commits[repo],
+            "private": repo in self.private,
+            "siblings": siblings,
+        }
 
     def tree(self, repo, revision, query, folder=None, **_):
         root = self.folder(repo, revision)
