@@ -25,14 +25,12 @@ from .configuration_elmo import ElmoConfig
 from .errors import first_line
 from .model_names import is_path_only
 from .modeling_elmo import AUTO_CLASSES, ElmoHeadModel, ElmoModel, ElmoPreTrainedModel
-from .tokenization_elmo import ElmoTokenizer, check_tokenizer_files
+from .tokenization_elmo import TOKENIZER_CONFIG_FILE, ElmoTokenizer, check_tokenizer
 
 # The classes a folder's `config.architectures` may name that `load_model` loads as named, where no class is given:
 # the task heads. Any other ELMo folder (`ElmoModel`, `ElmoForPreTraining`) loads as its biLM, `ElmoModel`: a
 # pre-training softmax serves pre-training alone, which asks for `ElmoForPreTraining` by name.
 HEADS = {model.__name__: model for model in AUTO_CLASSES.values() if issubclass(model, ElmoHeadModel)}
-# The tokenizer's settings (pre-tokenizer, characters per token), which transformers writes beside its files.
-TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 
 def resolve_model_name(name: str, hub: bool = True) -> str:
@@ -159,7 +157,7 @@ def load_model_and_tokenizer(
     """
     `load_model(...)` and the model's `ElmoTokenizer`, from the same folder or Hub id (the name is resolved once).
     A folder without any tokenizer file gets the default tokenizer of the model's token width; one that lacks a file
-    its config needs (`check_tokenizer_files`), or whose tokenizer disagrees with the config, is refused. The
+    its config needs, or whose tokenizer disagrees with the config, is refused. The
     tokenizer gives `word_vector_ids` exactly when the model is a head with word vectors (`config.word_vector_dim`,
     set in the folder or by `from_pretrained_kwargs`), whatever the folder's tokenizer was saved with.
     """
@@ -168,7 +166,7 @@ def load_model_and_tokenizer(
     if folder.is_dir():  # before the weights load: the check needs the config alone
         with one_line_errors(name):
             config = ElmoConfig.from_pretrained(path)
-        check_tokenizer_files(os.listdir(folder), config.to_dict(), name)
+        check_tokenizer(None, config, name, files=os.listdir(folder))
     with one_line_errors(name):
         model = _from_pretrained(path, model_class, device, from_pretrained_kwargs)
         # A head's word vectors read the ids; the biLM of a head folder would refuse them.
@@ -181,39 +179,6 @@ def load_model_and_tokenizer(
         tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
     check_tokenizer(tokenizer, model.config, name)
     return model, tokenizer
-
-
-def check_tokenizer(tokenizer: ElmoTokenizer, config: ElmoConfig, name: str | os.PathLike) -> None:
-    """A one-line `ValueError` for a tokenizer that gives a model other rows than its config reads: another number of
-    characters per token, another character vocabulary, word inputs where the config has none or none where it
-    has some, or word-vector ids from a word vocabulary of another size than the word vectors' table."""
-    alphabet = config.alphabet
-    disagreements = []
-    if tokenizer.max_characters_per_token != config.max_characters_per_token:
-        disagreements.append(
-            f"max_characters_per_token {tokenizer.max_characters_per_token} (the config's: "
-            f"{config.max_characters_per_token})"
-        )
-    if (tokenizer.alphabet.learned, tokenizer.alphabet.size, tokenizer.alphabet.markers) != (
-        alphabet.learned,
-        alphabet.size,
-        alphabet.markers,
-    ):
-        disagreements.append(
-            f"a character vocabulary of {tokenizer.alphabet.size} (the config's: {alphabet.size}, or other markers)"
-        )
-    if (tokenizer.word_input_vocab is None) != (config.word_input_vocab_size is None):
-        disagreements.append("word inputs" if config.word_input_vocab_size is None else "no word inputs")
-    if tokenizer.word_vector_ids and tokenizer.word_vocab_size != config.word_vector_vocab_size:
-        disagreements.append(
-            f"a word vocabulary of {tokenizer.word_vocab_size} words (the word vectors': "
-            f"{config.word_vector_vocab_size})"
-        )
-    if disagreements:
-        raise ValueError(
-            f"the tokenizer of {name} disagrees with its config: it has {'; '.join(disagreements)}; copy or download "
-            "the model folder again"
-        )
 
 
 def read_weights_with_prefix(name: str | os.PathLike, prefix: str, *, hub: bool = True) -> dict[str, torch.Tensor]:

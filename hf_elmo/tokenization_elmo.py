@@ -8,6 +8,7 @@ end-of-word markers and padded; every id is then shifted by one so that an all-z
 import json
 import os
 from collections.abc import Iterable, Mapping, Sequence
+from types import SimpleNamespace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -225,8 +226,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             folder = os.path.dirname(found[0])
         model_config = _read_model_config(folder) if folder is not None else None
         if model_config is not None:
-            check_tokenizer_files(
-                [os.path.basename(path) for path in found], model_config, pretrained_model_name_or_path
+            check_tokenizer(
+                None, model_config, pretrained_model_name_or_path, files=[os.path.basename(path) for path in found]
             )
         return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
 
@@ -873,28 +874,66 @@ def _nesting_depth(value) -> int:
     return depth
 
 
-def check_tokenizer_files(present: Iterable[str], model_config: Mapping[str, Any], name: str | os.PathLike) -> None:
+def check_tokenizer(
+    tokenizer: "ElmoTokenizer | None",
+    model_config: Mapping[str, Any] | Any,
+    name: str | os.PathLike,
+    files: Iterable[str] | None = None,
+) -> None:
     """
-    A one-line `ValueError` for the tokenizer files of the model `name` (the names `present`) that lack one its config
-    (`model_config`, as `config.json` holds it) needs: `char_vocab.json` for a learned character vocabulary,
-    `word_input_vocab.json` for a word input, and `tokenizer_config.json` (the pre-tokenizer, the characters per
-    token) wherever there is any tokenizer file. Without them the tokenizer would give other ids or other units, and
-    the model other vectors, without a word. A model with no tokenizer file at all and a byte alphabet takes the
-    default tokenizer.
+    The one check of a tokenizer against the config of its model `name` (`model_config`: an `ElmoConfig`, or the
+    dict `config.json` holds): a one-line `ValueError` where they disagree.
+
+    With `files` (the names of the tokenizer files present), before the tokenizer is made: a file the config needs is
+    missing: `char_vocab.json` for a learned character vocabulary, `word_input_vocab.json` for a word input, and
+    `tokenizer_config.json` (the pre-tokenizer, the characters per token) wherever there is any tokenizer file.
+    Without them the tokenizer would give other ids or other units, and the model other vectors, without a word; a
+    model with no tokenizer file at all and a byte alphabet takes the default tokenizer.
+
+    With a `tokenizer`: it gives the model other rows than the config reads: another number of characters per token,
+    another character vocabulary, word inputs where the config has none or none where it has some, or word-vector ids
+    from a word vocabulary of another size than the word vectors' table.
     """
-    present = set(present)
-    needed = []
-    if model_config.get("char_vocab_size") is not None:
-        needed.append(CHAR_VOCAB_FILE)
-    if model_config.get("word_input_vocab_size") is not None:
-        needed.append(WORD_INPUT_VOCAB_FILE)
-    if needed or present & set(ElmoTokenizer.vocab_files_names.values()):
-        needed.append(TOKENIZER_CONFIG_FILE)
-    missing = [file for file in needed if file not in present]
-    if missing:
+    field = model_config.get if isinstance(model_config, Mapping) else lambda key: getattr(model_config, key, None)
+    if files is not None:
+        present = set(files)
+        needed = [CHAR_VOCAB_FILE] if field("char_vocab_size") is not None else []
+        needed += [WORD_INPUT_VOCAB_FILE] if field("word_input_vocab_size") is not None else []
+        if needed or present & set(ElmoTokenizer.vocab_files_names.values()):
+            needed.append(TOKENIZER_CONFIG_FILE)
+        missing = [file for file in needed if file not in present]
+        if missing:
+            raise ValueError(
+                f"{name} lacks {' and '.join(missing)}, which its tokenizer needs (without, the model would read "
+                "other ids or units); copy or download the model folder again"
+            )
+    if tokenizer is None:
+        return
+    alphabet = CharacterAlphabet.from_config(
+        SimpleNamespace(char_vocab_size=field("char_vocab_size"), char_markers=field("char_markers"))
+    )
+    disagreements = []
+    if tokenizer.max_characters_per_token != field("max_characters_per_token"):
+        disagreements.append(
+            f"max_characters_per_token {tokenizer.max_characters_per_token} (the config's: "
+            f"{field('max_characters_per_token')})"
+        )
+    ours = tokenizer.alphabet
+    if (ours.learned, ours.size, ours.markers) != (alphabet.learned, alphabet.size, alphabet.markers):
+        disagreements.append(
+            f"a character vocabulary of {ours.size} (the config's: {alphabet.size}, or other markers)"
+        )
+    if (tokenizer.word_input_vocab is None) != (field("word_input_vocab_size") is None):
+        disagreements.append("word inputs" if field("word_input_vocab_size") is None else "no word inputs")
+    if tokenizer.word_vector_ids and tokenizer.word_vocab_size != field("word_vector_vocab_size"):
+        disagreements.append(
+            f"a word vocabulary of {tokenizer.word_vocab_size} words (the word vectors': "
+            f"{field('word_vector_vocab_size')})"
+        )
+    if disagreements:
         raise ValueError(
-            f"{name} lacks {' and '.join(missing)}, which its tokenizer needs (without, the model would read other "
-            "ids or units); copy or download the model folder again"
+            f"the tokenizer of {name} disagrees with its config: it has {'; '.join(disagreements)}; copy or download "
+            "the model folder again"
         )
 
 
@@ -953,4 +992,4 @@ def _to_list(value):
     return value
 
 
-__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "pool_to_words", "word_start_positions"]
+__all__ = ["ElmoTokenizer", "ElmoBatchEncoding", "check_tokenizer", "pool_to_words", "word_start_positions"]
