@@ -19,9 +19,6 @@ from .embedding_files import EmbedSettings, JobProcess, embed_file, run_identity
 from .errors import CommandError, ElmoConversionError, first_line
 from .loading import hub_unreachable, load_model_and_tokenizer
 from .modeling_elmo import (
-    ElmoForQuestionAnswering,
-    ElmoForSequenceClassification,
-    ElmoForTokenClassification,
     ElmoHeadModel,
     ElmoModel,
     ElmoPreTrainedModel,
@@ -232,6 +229,7 @@ def info_command(args) -> int:
         parameters += f" ({bilm.num_parameters():,} biLM, {model.num_parameters() - bilm.num_parameters():,} head)"
     rows = {
         "model": args.model,
+        **({"task": model.description} if bilm is not model else {}),
         "dtype": str(model.dtype).removeprefix("torch."),
         "parameters": parameters,
         **(head_rows(model) if bilm is not model else {}),
@@ -249,31 +247,10 @@ def info_command(args) -> int:
 
 
 def head_rows(model: ElmoHeadModel) -> dict[str, str]:
-    """What `info` says of a task head: its class, labels, layer mix, word vectors, task BiLSTM, pooling or CRF, and
-    whether the biLM trains with it."""
-    config = model.config
-    rows = {"head": type(model).__name__}
-    if isinstance(model, (ElmoForSequenceClassification, ElmoForTokenClassification)):
-        labels = [config.id2label[index] for index in sorted(config.id2label)]
-        rows["labels"] = f"{len(labels)}: {', '.join(map(str, labels))}"
-    rows["layer mix"] = (
-        f"fixed weights {config.mix_weights}" if config.mix_weights is not None else "learned (scalar mix)"
-    ) + (", layer norm" if config.mix_layer_norm else "")
-    if config.word_vector_dim:
-        rows["word vectors"] = f"{config.word_vector_vocab_size:,} words x {config.word_vector_dim} (beside the mix)"
-    rows["task LSTM"] = f"{config.task_lstm_dim} per direction" if config.task_lstm_dim else "none"
-    if isinstance(model, ElmoForSequenceClassification):
-        rows["pooling"] = config.pooling + (", sentence pairs" if config.pair_classification else "")
-    if isinstance(model, ElmoForTokenClassification):
-        constraint = f", {config.crf_constraint} transitions only" if config.crf_constraint else ""
-        rows["CRF"] = f"yes{constraint}" if config.use_crf else "no"
-    if isinstance(model, ElmoForQuestionAnswering):
-        reads = [
-            ("attention over the question", config.question_attention),
-            ("exact match", config.question_match_feature),
-        ]
-        rows["question"] = ", ".join(name for name, chosen in reads if chosen) or "its words alone"
-    rows["biLM"] = "frozen (the mix and head train)" if config.freeze_bilm else "trained with the head"
+    """What `info` says of a task head: its class, the settings it names (`head_settings`: labels, layer mix, word
+    vectors, task BiLSTM and its own), and whether the biLM trains with it."""
+    rows = {"head": type(model).__name__, **model.head_settings()}
+    rows["biLM"] = "frozen (the mix and head train)" if model.config.freeze_bilm else "trained with the head"
     return rows
 
 

@@ -6,7 +6,10 @@
 - For a question-answering head, `config.custom_pipelines` and a copy of `question_answering_elmo.py`, so that
   `pipeline("question-answering", model=folder, trust_remote_code=True)` answers ([`QUESTION_ANSWERING_PIPELINE`]).
 
-`save_pretrained` of a biLM (`ElmoModel`, `ElmoForPreTraining`) writes them beside the weights, so every folder
+Each model class names the extras its folder holds (`folder_extras`, a tuple of [`FolderExtra`]), and the one
+`save_pretrained` of every ELMo model (`ElmoPreTrainedModel`'s) sets their config fields before the config is
+written and writes their files after the weights. A biLM (`ElmoModel`, `ElmoForPreTraining`) names
+[`SENTENCE_TRANSFORMERS_MODULE`], so every folder
 hf_elmo writes (converters, pre-training, `push_to_hub`) loads with `SentenceTransformer(folder,
 trust_remote_code=True)`. `modules.json` names one module,
 [`~sentence_transformers_elmo.ElmoSentenceTransformerModule`]: hf_elmo's own sentence vector,
@@ -17,6 +20,8 @@ folder: the mean of the top layer alone, counting `<S>` and `</S>` as words.
 import json
 import os
 import shutil
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 ENCODER_CLASS = "hf_elmo.sentence_transformers_elmo.ElmoSentenceTransformerModule"
@@ -75,3 +80,22 @@ def write_sentence_transformers_files(folder: str | os.PathLike) -> None:
         with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
             json.dump(content, handle, indent=2)
             handle.write("\n")
+
+
+@dataclass(frozen=True)
+class FolderExtra:
+    """
+    What a model class's folder holds beyond transformers' files: the `config_fields` set on the config before it is
+    saved (that name the files), and `write(folder)`, which writes the files once the weights are saved.
+    """
+
+    write: Callable[[str | os.PathLike], None]
+    config_fields: dict = field(default_factory=dict)
+
+
+# A biLM's folder is also a sentence-transformers model.
+SENTENCE_TRANSFORMERS_MODULE = FolderExtra(write_sentence_transformers_files)
+# A question-answering folder carries its pipeline, named in `config.custom_pipelines`.
+QUESTION_ANSWERING_PIPELINE_FILE = FolderExtra(
+    copy_question_answering_pipeline, {"custom_pipelines": QUESTION_ANSWERING_PIPELINE}
+)

@@ -20,10 +20,10 @@ from transformers.utils import ModelOutput
 from .configuration_elmo import ElmoConfig
 from .crf_elmo import ConditionalRandomField, allowed_transitions
 from .folder_layout import (
-    QUESTION_ANSWERING_PIPELINE,
+    QUESTION_ANSWERING_PIPELINE_FILE,
+    SENTENCE_TRANSFORMERS_MODULE,
+    FolderExtra,
     auto_map,
-    copy_question_answering_pipeline,
-    write_sentence_transformers_files,
 )
 from .kernels_elmo import (
     ALL_CHARACTER_CONVOLUTIONS,
@@ -514,10 +514,26 @@ def refuse_attention_and_embeddings(inputs_embeds: torch.Tensor | None, output_a
 
 
 class ElmoPreTrainedModel(PreTrainedModel):
+    """
+    What every ELMo model shares. Each class declares once, as class attributes, what the rest of hf_elmo reads of it:
+
+    - `description`: one line saying what it computes (`hf-elmo info`);
+    - `graph_inputs`: the inputs of `forward` beyond `input_ids` and `attention_mask` that its traced graph takes
+      (the ONNX export's), each `(batch, positions)` int64, by name, with the config field that must be set for the
+      model to read it (`None`: always); a class adds its own to those of its bases ([`graph_input_names`]);
+    - `graph_outputs`: the fields of its output that its graph returns (those it computes without labels);
+    - `folder_extras`: what its folder holds beyond transformers' files (`folder_layout.FolderExtra`), written by
+      the one [`save_pretrained`].
+    """
+
     config_class = ElmoConfig
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
+    description: str = ""
+    graph_inputs: dict[str, str | None] = {"word_input_ids": "word_input_vocab_size"}
+    graph_outputs: tuple[str, ...] = ()
+    folder_extras: tuple[FolderExtra, ...] = ()
     # Modules whose forward combines the results of their children (or, for a layer, its own weights): each must sit
     # on one device. Every kernel runs inside its own module's call, where accelerate's hooks have loaded the weights.
     _no_split_modules = ["ElmoCharacterEncoder", "ElmoLstmLayer", "ElmoTaskEncoder"]
@@ -542,10 +558,15 @@ class ElmoPreTrainedModel(PreTrainedModel):
     def graph_input_names(self) -> list[str]:
         """
         The inputs of `forward` a traced graph of this model takes (the ONNX export's), each `(batch, positions)`
-        after `input_ids`: the mask, and `word_input_ids` where the model reads a word embedding.
+        after `input_ids`: the mask, then the `graph_inputs` of its classes, the bases' first, that its config reads
+        (a field set, not `None`, `False` or 0).
         """
         names = ["input_ids", "attention_mask"]
-        return names + (["word_input_ids"] if self.config.word_input_vocab_size is not None else [])
+        for model_class in reversed(type(self).__mro__):
+            for name, field in vars(model_class).get("graph_inputs", {}).items():
+                if name not in names and (field is None or getattr(self.config, field, None)):
+                    names.append(name)
+        return names
 
     def _wants_hidden_states(self, output_hidden_states: bool | None) -> bool:
         return self.config.output_hidden_states if output_hidden_states is None else output_hidden_states
@@ -556,12 +577,20 @@ class ElmoPreTrainedModel(PreTrainedModel):
 
     def save_pretrained(self, save_directory, *args, **kwargs):
         """
-        As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`. A
-        class whose folder holds more (see `folder_layout`) overrides this and writes it after calling it.
+        As transformers' `save_pretrained`; a registered model also records every ELMo Auto class in `auto_map`, and
+        the class's `folder_extras` set their config fields before the config is written and their files after the
+        weights (by the main process alone), as `folder_layout` says. The one override of every ELMo model.
         """
         if self.is_remote_code():
             self.config.auto_map = {**(getattr(self.config, "auto_map", None) or {}), **auto_map(AUTO_CLASSES)}
-        return super().save_pretrained(save_directory, *args, **kwargs)
+        for extra in self.folder_extras:
+            for name, value in extra.config_fields.items():
+                setattr(self.config, name, value)
+        saved = super().save_pretrained(save_directory, *args, **kwargs)
+        if kwargs.get("is_main_process", True):
+            for extra in self.folder_extras:
+                extra.write(save_directory)
+        return saved
 
     @torch.no_grad()
     def _init_weights(self, module: nn.Module):
@@ -600,19 +629,15 @@ class ElmoModel(ElmoPreTrainedModel):
 
     # A pre-training folder (`ElmoForPreTraining`) also holds the softmax, which the biLM alone does not use.
     _keys_to_ignore_on_load_unexpected = [r"^softmax\."]
+    description = "the biLM: every representation layer of each position"
+    graph_outputs = ("last_hidden_state", "hidden_states")
+    folder_extras = (SENTENCE_TRANSFORMERS_MODULE,)
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         self.char_encoder = ElmoCharacterEncoder(config)
         self.bilm = ElmoBiLm(config)
         self.post_init()
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """As every ELMo model's; a biLM's folder is also a sentence-transformers model (`folder_layout`)."""
-        saved = super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            write_sentence_transformers_files(save_directory)
-        return saved
 
     def get_input_embeddings(self) -> nn.Embedding:
         """The character table, `(alphabet rows, char_embedding_dim)` (262 rows for bytes): the lookup of input ids."""
@@ -677,6 +702,7 @@ class ElmoModel(ElmoPreTrainedModel):
         inputs_embeds: None = None,
         output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
+        word_vector_ids: torch.LongTensor | None = None,
     ) -> ElmoModelOutput | tuple:
         r"""
         Args:
@@ -694,6 +720,12 @@ class ElmoModel(ElmoPreTrainedModel):
                 them); ELMo has neither, so a value is refused.
             word_input_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word id of every
                 position, for models with a word-embedding input (`config.word_input_vocab_size`); from the tokenizer.
+                Read exactly where the config has the input: given to a model without it (a tokenizer of another
+                model), a one-line `ValueError`, since the vectors would not be the ones its tokenizer's model gives.
+            word_vector_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): accepted and ignored: the
+                word vectors of a task head (`config.word_vector_dim`) sit beside the biLM's layers, not in them, so
+                a head's folder loaded as its biLM (`ElmoModel.from_pretrained`, `pipeline("feature-extraction")`)
+                takes what the folder's own tokenizer gives and returns the biLM's layers.
         """
         refuse_attention_and_embeddings(inputs_embeds, output_attentions)
         mask = self._validated_mask(input_ids, attention_mask)
@@ -974,8 +1006,20 @@ def masked_pool(features: torch.Tensor, positions: torch.Tensor, pooling: str) -
     return torch.cat(pooled, dim=-1)
 
 
+# transformers' standard keywords that every head's `forward` takes in `**options` (as transformers 5's models take
+# them in `**kwargs`), so that a head's signature names only its data: what the tokenizer and the labels give.
+HEAD_OPTIONS = ("output_hidden_states", "return_dict", "inputs_embeds", "output_attentions")
+
+
 class ElmoHeadModel(ElmoPreTrainedModel):
-    """The biLM plus the task encoder; with `config.freeze_bilm` the biLM's parameters do not train."""
+    """
+    The biLM plus the task encoder; with `config.freeze_bilm` the biLM's parameters do not train. A head's `forward`
+    takes `input_ids, attention_mask`, its own inputs and labels, `word_input_ids, word_vector_ids` and `**options`
+    (`HEAD_OPTIONS`), and runs [`_encode`] first; its `head_settings` say what `hf-elmo info` prints of it.
+    """
+
+    graph_inputs = {"word_vector_ids": "word_vector_vocab_size"}
+    graph_outputs = ("logits",)
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -1002,12 +1046,25 @@ class ElmoHeadModel(ElmoPreTrainedModel):
         self.elmo.requires_grad_(not self.config.freeze_bilm)
         self.task_encoder.mix.scalar_parameters.requires_grad_(self.config.mix_weights is None)
 
-    @property
-    def graph_input_names(self) -> list[str]:
-        """As for every model, and `word_vector_ids` where the head has word vectors."""
-        return super().graph_input_names + (
-            ["word_vector_ids"] if self.config.word_vector_vocab_size is not None else []
-        )
+    def head_settings(self) -> dict[str, str]:
+        """
+        What `hf-elmo info` says of the head beyond its class and `description`, row name -> text: its layer mix,
+        word vectors and task BiLSTM here; a head adds its own (labels first, its particular settings after).
+        """
+        config = self.config
+        mix = f"fixed weights {config.mix_weights}" if config.mix_weights is not None else "learned (scalar mix)"
+        rows = {"layer mix": mix + (", layer norm" if config.mix_layer_norm else "")}
+        if config.word_vector_dim:
+            rows["word vectors"] = (
+                f"{config.word_vector_vocab_size:,} words x {config.word_vector_dim} (beside the mix)"
+            )
+        rows["task LSTM"] = f"{config.task_lstm_dim} per direction" if config.task_lstm_dim else "none"
+        return rows
+
+    def label_settings(self) -> dict[str, str]:
+        """The `labels` row of `head_settings`, for a head that predicts `config.id2label`'s labels."""
+        labels = [self.config.id2label[index] for index in sorted(self.config.id2label)]
+        return {"labels": f"{len(labels)}: {', '.join(map(str, labels))}"}
 
     @torch.no_grad()
     def init_word_vectors(self, table: torch.Tensor):
@@ -1050,32 +1107,34 @@ class ElmoHeadModel(ElmoPreTrainedModel):
 
     def _encode(
         self,
-        input_ids,
-        attention_mask,
-        output_hidden_states,
-        word_input_ids,
-        inputs_embeds,
-        output_attentions,
-        word_vector_ids,
-    ):
+        input_ids: torch.LongTensor,
+        attention_mask: torch.Tensor | None,
+        word_input_ids: torch.LongTensor | None,
+        word_vector_ids: torch.LongTensor | None,
+        options: dict,
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...] | None, torch.Tensor]:
         """
-        The part every head's `forward` shares (the arguments as there): the task features `(batch, positions, dim)`,
-        the valid mask, the biLM's layers when asked for, and the mix's L2 penalty.
+        The part every head's `forward` shares (the arguments as there, `options` its `**options`): the task features
+        `(batch, positions, dim)`, the valid mask, the biLM's layers when asked for, and the mix's L2 penalty. A
+        keyword that is none of `HEAD_OPTIONS` is a `TypeError`, as Python's for an unknown argument.
         """
+        unknown = sorted(set(options) - set(HEAD_OPTIONS))
+        if unknown:
+            raise TypeError(f"{type(self).__name__}.forward() got an unexpected keyword argument {unknown[0]!r}")
         word_vector_ids = self._validated_word_vector_ids(input_ids, word_vector_ids)
         elmo_output = self.elmo(
             input_ids,
             attention_mask,
             output_hidden_states=True,
             return_dict=True,
-            inputs_embeds=inputs_embeds,
-            output_attentions=output_attentions,
+            inputs_embeds=options.get("inputs_embeds"),
+            output_attentions=options.get("output_attentions"),
             word_input_ids=word_input_ids,
         )
         mask = valid_positions(input_ids, attention_mask)
         features, penalty = self.task_encoder(elmo_output.hidden_states, mask, word_vector_ids)
-        hidden_states = elmo_output.hidden_states if self._wants_hidden_states(output_hidden_states) else None
-        return features.to(mask.device), mask, hidden_states, penalty
+        wanted = self._wants_hidden_states(options.get("output_hidden_states"))
+        return features.to(mask.device), mask, elmo_output.hidden_states if wanted else None, penalty
 
 
 class ElmoForSequenceClassification(ElmoHeadModel):
@@ -1084,6 +1143,10 @@ class ElmoForSequenceClassification(ElmoHeadModel):
     the words (`config.pooling`) -> linear. With `config.pair_classification`, the sentences marked by
     `token_type_ids` are pooled separately to `u`, `v` and `[u ; v ; |u - v| ; u * v]` is classified.
     """
+
+    description = "a sentence (or sentence pair) classifier: the words pooled, then a linear layer"
+    # The second sentence of a pair, where it classifies pairs.
+    graph_inputs = {"token_type_ids": "pair_classification"}
 
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
@@ -1097,12 +1160,9 @@ class ElmoForSequenceClassification(ElmoHeadModel):
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         labels: torch.Tensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        inputs_embeds: None = None,
-        output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
         word_vector_ids: torch.LongTensor | None = None,
+        **options,
     ) -> SequenceClassifierOutput | tuple:
         r"""
         Args:
@@ -1115,15 +1175,11 @@ class ElmoForSequenceClassification(ElmoHeadModel):
             word_vector_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word-vocabulary id of
                 every position, for a head with word vectors (`config.word_vector_dim`); from an `ElmoTokenizer` made
                 with `word_vector_ids=True`.
+            options: transformers' `output_hidden_states` and `return_dict`, and `inputs_embeds`, `output_attentions`
+                (accepted as `None`), as for [`ElmoModel`] (`HEAD_OPTIONS`).
         """
         features, mask, hidden_states, penalty = self._encode(
-            input_ids,
-            attention_mask,
-            output_hidden_states,
-            word_input_ids,
-            inputs_embeds,
-            output_attentions,
-            word_vector_ids,
+            input_ids, attention_mask, word_input_ids, word_vector_ids, options
         )
         words = word_positions(input_ids, mask, self.config)
         if self.config.pair_classification:
@@ -1142,12 +1198,12 @@ class ElmoForSequenceClassification(ElmoHeadModel):
             loss = self._classification_loss(logits, labels.to(logits.device))
             loss = loss + penalty.to(loss.device)
         output = SequenceClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return self._as_return_dict_or_tuple(output, return_dict)
+        return self._as_return_dict_or_tuple(output, options.get("return_dict"))
 
-    @property
-    def graph_input_names(self) -> list[str]:
-        """As for every model, and `token_type_ids` where it classifies pairs."""
-        return super().graph_input_names + (["token_type_ids"] if self.config.pair_classification else [])
+    def head_settings(self) -> dict[str, str]:
+        """Its labels, mix, word vectors and task BiLSTM, then its pooling."""
+        pooling = self.config.pooling + (", sentence pairs" if self.config.pair_classification else "")
+        return {**self.label_settings(), **super().head_settings(), "pooling": pooling}
 
     def _classification_loss(self, logits: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         """The loss of `config.problem_type`, inferred from `num_labels` and the labels' dtype when unset."""
@@ -1179,6 +1235,8 @@ class ElmoForTokenClassification(ElmoHeadModel):
     [`decode`] gives the Viterbi path, within the transitions of `config.crf_constraint` when set.
     """
 
+    description = "a label for each word: a linear layer on each position, optionally a CRF over them"
+
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         self.classifier = nn.Linear(self.task_encoder.output_dim, config.num_labels)
@@ -1188,18 +1246,24 @@ class ElmoForTokenClassification(ElmoHeadModel):
             self.crf = ConditionalRandomField(config.num_labels, allowed)
         self.post_init()
 
+    def head_settings(self) -> dict[str, str]:
+        """Its labels, mix, word vectors and task BiLSTM, then whether a CRF links the labels."""
+        constraint = f", {self.config.crf_constraint} transitions only" if self.config.crf_constraint else ""
+        return {
+            **self.label_settings(),
+            **super().head_settings(),
+            "CRF": "no" if self.crf is None else f"yes{constraint}",
+        }
+
     def forward(
         self,
         input_ids: torch.LongTensor,
         attention_mask: torch.Tensor | None = None,
         token_type_ids: torch.LongTensor | None = None,
         labels: torch.LongTensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        inputs_embeds: None = None,
-        output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
         word_vector_ids: torch.LongTensor | None = None,
+        **options,
     ) -> TokenClassifierOutput | tuple:
         r"""
         Args:
@@ -1210,15 +1274,11 @@ class ElmoForTokenClassification(ElmoHeadModel):
             word_vector_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word-vocabulary id of
                 every position, for a head with word vectors (`config.word_vector_dim`); from an `ElmoTokenizer` made
                 with `word_vector_ids=True`.
+            options: transformers' `output_hidden_states` and `return_dict`, and `inputs_embeds`, `output_attentions`
+                (accepted as `None`), as for [`ElmoModel`] (`HEAD_OPTIONS`).
         """
         features, mask, hidden_states, penalty = self._encode(
-            input_ids,
-            attention_mask,
-            output_hidden_states,
-            word_input_ids,
-            inputs_embeds,
-            output_attentions,
-            word_vector_ids,
+            input_ids, attention_mask, word_input_ids, word_vector_ids, options
         )
         logits = self.classifier(features)
 
@@ -1235,7 +1295,7 @@ class ElmoForTokenClassification(ElmoHeadModel):
                 loss = F.cross_entropy(logits.view(-1, self.num_labels), labels.reshape(-1), ignore_index=-100)
             loss = loss + penalty.to(loss.device)
         output = TokenClassifierOutput(loss=loss, logits=logits, hidden_states=hidden_states)
-        return self._as_return_dict_or_tuple(output, return_dict)
+        return self._as_return_dict_or_tuple(output, options.get("return_dict"))
 
     @torch.no_grad()
     def decode(self, logits: torch.Tensor, word_mask: torch.Tensor) -> torch.LongTensor:
@@ -1293,6 +1353,11 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
     context's words can be chosen: every other position's logits are the lowest value of their dtype.
     """
 
+    description = "extractive question answering: a start and an end score at each word of the context"
+    graph_inputs = {"token_type_ids": None}  # they mark the context
+    graph_outputs = ("start_logits", "end_logits")
+    folder_extras = (QUESTION_ANSWERING_PIPELINE_FILE,)
+
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         width = self.task_encoder.output_dim
@@ -1304,19 +1369,14 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         self.qa_outputs = nn.Linear(2 * config.task_lstm_dim if self.modeling_lstm is not None else fused, 2)
         self.post_init()
 
-    @property
-    def graph_input_names(self) -> list[str]:
-        """As for every model, and `token_type_ids`, which mark the context."""
-        return super().graph_input_names + ["token_type_ids"]
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """As every ELMo model's, with the question-answering pipeline: named in `config.custom_pipelines`, its file
-        copied beside the weights (`folder_layout`)."""
-        self.config.custom_pipelines = QUESTION_ANSWERING_PIPELINE
-        saved = super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            copy_question_answering_pipeline(save_directory)
-        return saved
+    def head_settings(self) -> dict[str, str]:
+        """Its mix, word vectors and task BiLSTM, then what it reads of the question."""
+        reads = [
+            ("attention over the question", self.config.question_attention),
+            ("exact match", self.config.question_match_feature),
+        ]
+        question = ", ".join(name for name, chosen in reads if chosen) or "its words alone"
+        return {**super().head_settings(), "question": question}
 
     def forward(
         self,
@@ -1325,12 +1385,9 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         token_type_ids: torch.LongTensor | None = None,
         start_positions: torch.LongTensor | None = None,
         end_positions: torch.LongTensor | None = None,
-        output_hidden_states: bool | None = None,
-        return_dict: bool | None = None,
-        inputs_embeds: None = None,
-        output_attentions: bool | None = None,
         word_input_ids: torch.LongTensor | None = None,
         word_vector_ids: torch.LongTensor | None = None,
+        **options,
     ) -> QuestionAnsweringModelOutput | tuple:
         r"""
         Args:
@@ -1344,18 +1401,14 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
             word_vector_ids (`torch.LongTensor` of shape `(batch, positions)`, *optional*): the word-vocabulary id of
                 every position, for a head with word vectors (`config.word_vector_dim`); from an `ElmoTokenizer` made
                 with `word_vector_ids=True`.
+            options: transformers' `output_hidden_states` and `return_dict`, and `inputs_embeds`, `output_attentions`
+                (accepted as `None`), as for [`ElmoModel`] (`HEAD_OPTIONS`).
         Returns `start_logits` and `end_logits` `(batch, positions)`.
         """
         if token_type_ids is None:  # PEFT's question-answering model does not pass them on
             token_type_ids = second_sentence_positions(input_ids, self.config)
         features, mask, hidden_states, penalty = self._encode(
-            input_ids,
-            attention_mask,
-            output_hidden_states,
-            word_input_ids,
-            inputs_embeds,
-            output_attentions,
-            word_vector_ids,
+            input_ids, attention_mask, word_input_ids, word_vector_ids, options
         )
         words = word_positions(input_ids, mask, self.config)
         context = words & token_type_ids.to(words.device).bool()
@@ -1392,7 +1445,7 @@ class ElmoForQuestionAnswering(ElmoHeadModel):
         output = QuestionAnsweringModelOutput(
             loss=loss, start_logits=start_logits, end_logits=end_logits, hidden_states=hidden_states
         )
-        return self._as_return_dict_or_tuple(output, return_dict)
+        return self._as_return_dict_or_tuple(output, options.get("return_dict"))
 
 
 # ---------------------------------------------------------------------------------------------------------------------
@@ -1478,6 +1531,10 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
     biLM alone from a saved `ElmoForPreTraining`.
     """
 
+    description = "the biLM with its word softmax, as pre-trained: the next word forward, the previous one backward"
+    graph_outputs = ("forward_logits", "backward_logits")
+    folder_extras = (SENTENCE_TRANSFORMERS_MODULE,)
+
     def __init__(self, config: ElmoConfig):
         super().__init__(config)
         if config.word_vocab_size is None:  # the config checks it where its `architectures` name this class
@@ -1486,13 +1543,6 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
         self.softmax = ElmoWordSoftmax(config.projection_dim, config.word_vocab_size)
         self.output_dropout = nn.Dropout(config.lstm_dropout)
         self.post_init()
-
-    def save_pretrained(self, save_directory, *args, **kwargs):
-        """As every ELMo model's; a biLM's folder is also a sentence-transformers model (`folder_layout`)."""
-        saved = super().save_pretrained(save_directory, *args, **kwargs)
-        if kwargs.get("is_main_process", True):
-            write_sentence_transformers_files(save_directory)
-        return saved
 
     def forward(
         self,

@@ -5,59 +5,51 @@ tokenizer files. The graph is traced from the model itself ([`ElmoForOnnx`] only
 `torch.export` traces, the model runs its reference code, each LSTM as one scan over the positions
 (`modeling_elmo.scan_over_steps`), which `torch.onnx.export(dynamo=True)` turns into an ONNX `Scan`: the recurrence
 stays a loop in the graph instead of being unrolled into a fixed number of steps, so the positions axis stays
-dynamic. A head exports as it computes, with no code here of its own. [`ElmoOnnxSession`] runs an exported folder with
-the input checks of the model.
+dynamic. A head exports as it computes, and as it declares its inputs and outputs, with no code here of its own.
+[`ElmoOnnxSession`] runs an exported folder with the input checks of the model.
 
 Inputs: `input_ids` `(batch, positions, max_characters_per_token)` int64 and `attention_mask` `(batch, positions)`
-int64 (right padding), then those the model also reads (`ElmoPreTrainedModel.graph_input_names`: `word_input_ids`
-for models with a word-embedding input, `word_vector_ids` for heads with word vectors, `token_type_ids` for pair
-classifiers), each `(batch, positions)`. Outputs: for `ElmoModel`, `last_hidden_state` `(batch, positions,
+int64 (right padding), then those the model also reads (`ElmoPreTrainedModel.graph_input_names`, from the
+`graph_inputs` its classes declare: `word_input_ids` for models with a word-embedding input, `word_vector_ids` for
+heads with word vectors, `token_type_ids` for pair classifiers and question answering), each `(batch, positions)`.
+Outputs: the `graph_outputs` its class declares: for `ElmoModel`, `last_hidden_state` `(batch, positions,
 2 * projection_dim)` and `hidden_states`, the `n_layers + 1` layers stacked on a first axis
-(`torch.stack(output.hidden_states)`); for a head, the fields of its output class that it computes without labels
-(`logits`).
+(`torch.stack(output.hidden_states)`); for a head, what it computes without labels (`logits`).
 """
 
 import contextlib
-import dataclasses
+import inspect
 import json
 import logging
 import os
 import shutil
-import typing
 import warnings
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch import nn
-from transformers.utils import ModelOutput
 
 from .errors import ElmoConversionError, first_line
 from .folders import atomic_directory
 from .loading import load_model_and_tokenizer
-from .modeling_elmo import ElmoModel, ElmoPreTrainedModel
+from .modeling_elmo import ElmoPreTrainedModel
 from .tokenization_elmo import ElmoTokenizer
 
 ONNX_FILE = "model.onnx"
 # The onnx extra's requirements (pyproject.toml), named rather than the extra: hf_elmo is on no package index.
 ONNX_INSTALL_HINT = 'pip install "onnx>=1.23" "onnxruntime>=1.32" "onnxscript>=0.7"'
-# Fields of a model's output that are no graph output: the loss needs labels, the state is asked for by argument;
-# a head's hidden states are its biLM's.
-NOT_EXPORTED = {"loss", "final_state", "attentions"}
-
-
-def exported_output_names(model: ElmoPreTrainedModel) -> list[str]:
-    """The fields of the output class `model.forward` returns that its graph outputs, in the class's order."""
-    returned = typing.get_type_hints(type(model).forward)["return"]
-    output_class = next(kind for kind in typing.get_args(returned) if issubclass(kind, ModelOutput))
-    skipped = NOT_EXPORTED | (set() if isinstance(model, ElmoModel) else {"hidden_states"})
-    return [field.name for field in dataclasses.fields(output_class) if field.name not in skipped]
 
 
 class ElmoForOnnx(nn.Module):
     """
-    An ELMo model as the export traces it: called with the graph's inputs by name (`input_names`), it returns the
-    model's outputs as a tuple of tensors, named by `output_names` (the biLM's layers stacked into one tensor).
+    An ELMo model as the export traces it: called with the graph's inputs by name (`input_names`, the model's
+    `graph_input_names`), it returns the model's `graph_outputs` as a tuple of tensors, named by `output_names` (the
+    biLM's layers stacked into one tensor).
+
+    Its `forward` takes exactly those inputs (`torch.export` binds the graph's inputs by the signature of `forward`):
+    the signature is built from the names the model declares, so a head's new input is a graph input with no code
+    here.
     """
 
     def __init__(self, model: ElmoPreTrainedModel):
@@ -65,35 +57,34 @@ class ElmoForOnnx(nn.Module):
         self.model = model
         self.config = model.config
         self.input_names = model.graph_input_names
-        self.output_names = exported_output_names(model)
+        self.output_names = list(model.graph_outputs)
+        signature = inspect.Signature(
+            [inspect.Parameter(name, inspect.Parameter.POSITIONAL_OR_KEYWORD) for name in self.input_names]
+        )
 
-    def forward(
-        self,
-        input_ids: torch.LongTensor,
-        attention_mask: torch.Tensor,
-        word_input_ids: torch.LongTensor | None = None,
-        word_vector_ids: torch.LongTensor | None = None,
-        token_type_ids: torch.LongTensor | None = None,
-    ) -> tuple[torch.Tensor, ...]:
-        given = {
-            "word_input_ids": word_input_ids,
-            "word_vector_ids": word_vector_ids,
-            "token_type_ids": token_type_ids,
-        }
-        inputs = {name: value for name, value in given.items() if value is not None}
+        def forward(*args: torch.Tensor, **kwargs: torch.Tensor) -> tuple[torch.Tensor, ...]:
+            return self.run(signature.bind(*args, **kwargs).arguments)
+
+        forward.__signature__ = signature
+        self.forward = forward
+
+    def run(self, inputs: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
+        """The outputs of the model on `inputs` (every one of `input_names`, by name), in `output_names`' order."""
         layers_wanted = "hidden_states" in self.output_names
-        output = self.model(input_ids, attention_mask, output_hidden_states=layers_wanted, return_dict=True, **inputs)
+        output = self.model(**inputs, output_hidden_states=layers_wanted, return_dict=True)
         stacked = {"hidden_states": torch.stack(output.hidden_states)} if layers_wanted else {}
         return tuple(stacked.get(name, output.get(name)) for name in self.output_names)
 
 
 def example_inputs(forward: ElmoForOnnx, tokenizer: ElmoTokenizer) -> dict[str, torch.Tensor]:
-    """Two sentences of different lengths, which the export traces (no size of them is kept in the graph)."""
+    """
+    Two sentences of different lengths, which the export traces (no size of them is kept in the graph): each input
+    the tokenizer gives, and zeros `(batch, positions)` for the others (`token_type_ids` of single sentences, or a
+    head's own input): no value of them is kept in the graph either.
+    """
     encoding = tokenizer([["a", "bc", "def"], ["g"]], is_split_into_words=True, padding=True, return_tensors="pt")
-    inputs = {name: encoding[name] for name in forward.input_names if name in encoding}
-    if "token_type_ids" in forward.input_names:
-        inputs["token_type_ids"] = torch.zeros_like(encoding["attention_mask"])
-    return inputs
+    zeros = torch.zeros_like(encoding["attention_mask"])
+    return {name: encoding[name] if name in encoding else zeros.clone() for name in forward.input_names}
 
 
 def load_for_export(model_dir: str | os.PathLike) -> tuple[ElmoForOnnx, ElmoTokenizer]:
