@@ -3,9 +3,17 @@
 import pytest
 import torch
 from transformers import pipeline
-from utils import FLOAT32_TOLERANCE, tiny_config
+from utils import FLOAT32_TOLERANCE, tiny_config, word_vocab_tokenizer
 
-from hf_elmo import ElmoForSequenceClassification, ElmoForTokenClassification
+from hf_elmo import (
+    BUNDLED_MODELS,
+    ElmoForQuestionAnswering,
+    ElmoForSequenceClassification,
+    ElmoForTokenClassification,
+    ElmoModel,
+    ElmoTokenizer,
+    bundled_model_path,
+)
 
 LABELS = {"id2label": {0: "neg", 1: "pos"}, "label2id": {"neg": 0, "pos": 1}}
 
@@ -91,6 +99,54 @@ def test_feature_extraction_pipeline_on_saved_folder(tmp_path, tiny_model, tiny_
     with torch.no_grad():
         expected = tiny_model(**tiny_tokenizer("The cat sat .", return_tensors="pt")).last_hidden_state
     torch.testing.assert_close(features, expected)
+
+
+@pytest.mark.parametrize("name", BUNDLED_MODELS)
+def test_every_bundled_folder_gives_its_biLM_features_from_its_own_tokenizer(name):
+    """
+    `ElmoModel` and `pipeline("feature-extraction")` on a bundled folder take what the folder's own tokenizer gives
+    (the classifier's `word_vector_ids` among it, which the biLM ignores: issue 51) and give the biLM's top layer.
+    """
+    folder = bundled_model_path(name)
+    tokenizer = ElmoTokenizer.from_pretrained(folder)
+    model = ElmoModel.from_pretrained(folder).eval()
+    text = "정말 재미있는 영화"
+    batch = tokenizer([text], return_tensors="pt")
+    with torch.no_grad():
+        expected = model(**batch).last_hidden_state
+        without_word_vector_ids = model(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+    torch.testing.assert_close(expected, without_word_vector_ids, atol=0, rtol=0)
+    features = torch.tensor(pipeline("feature-extraction", model=folder)(text))
+    torch.testing.assert_close(features, expected, atol=FLOAT32_TOLERANCE, rtol=0)
+
+
+@pytest.mark.parametrize(
+    "head_class", [ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForQuestionAnswering]
+)
+def test_a_head_folder_with_word_vectors_gives_features_to_every_class(tmp_path, head_class):
+    """
+    A head's folder whose tokenizer gives `word_vector_ids`: the head, and its biLM loaded alone (`ElmoModel`, the
+    feature-extraction pipeline), each take the tokenizer's whole output; the biLM's features are the head's biLM's.
+    """
+    tokenizer = word_vocab_tokenizer(tmp_path / "vocabulary", ["the", "cat", "sat"], word_vector_ids=True)
+    torch.manual_seed(0)
+    config = tiny_config(word_vector_dim=3, word_vector_vocab_size=tokenizer.word_vocab_size, num_labels=2)
+    head = head_class(config).eval()
+    head.save_pretrained(tmp_path / "head")
+    tokenizer.save_pretrained(tmp_path / "head")
+    text = "the cat sat on a mat"
+    batch = ElmoTokenizer.from_pretrained(tmp_path / "head")([text], return_tensors="pt")
+    assert "word_vector_ids" in batch
+    with torch.no_grad():
+        expected = head.elmo(batch["input_ids"], batch["attention_mask"]).last_hidden_state
+        outputs = head(**batch).to_tuple()
+        reloaded = head_class.from_pretrained(tmp_path / "head").eval()(**batch).to_tuple()
+        bilm = ElmoModel.from_pretrained(tmp_path / "head").eval()(**batch).last_hidden_state
+    for output, again in zip(outputs, reloaded, strict=True):
+        torch.testing.assert_close(again, output, atol=FLOAT32_TOLERANCE, rtol=0)
+    torch.testing.assert_close(bilm, expected, atol=FLOAT32_TOLERANCE, rtol=0)
+    features = torch.tensor(pipeline("feature-extraction", model=str(tmp_path / "head"))(text))
+    torch.testing.assert_close(features, expected, atol=FLOAT32_TOLERANCE, rtol=0)
 
 
 def test_text_classification_pipeline_uses_id2label(tmp_path, tiny_tokenizer):
