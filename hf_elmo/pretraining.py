@@ -34,13 +34,13 @@ from typing import NamedTuple
 import numpy as np
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers
-from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainingArguments
+from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainerControl, TrainerState, TrainingArguments
 
 from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
-from .errors import CommandError, ElmoConversionError, first_line
-from .folders import apply_umask, atomic_directory, lock_output, replace_folder, write_failure_reason
+from .errors import CommandError, ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
+from .folders import apply_umask, atomic_directory, lock_output, refuse_link, replace_folder, write_failure_reason
 from .loading import first_damaged_weights, load_model_and_tokenizer
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
@@ -454,6 +454,65 @@ class RunFolders:
         return cls(output, output.with_name(output.name + ".parts"))
 
 
+def read_trainer_state(path: Path) -> dict | None:
+    """
+    The Trainer state a checkpoint's `trainer_state.json` (`path`) holds, each field the Trainer or this module reads
+    checked for its type and bounds: None where the file is missing or ends before its JSON does (a checkpoint stopped
+    while being saved); a `FileContentError` naming the file and the field where it cannot be read, is no JSON object
+    or a field is of another type, out of bounds or unknown to `TrainerState` (whose loading would raise on it).
+    """
+    checkpoint = path.parent.name
+    fix = (
+        f"remove {checkpoint} to resume from the checkpoint before it (or from step 0), or start over with "
+        "--overwrite_output_dir instead of --resume"
+    )
+    if not path.is_file():
+        return None
+    try:
+        data = read_json_file(path, fix)
+    except FileContentError as error:
+        if error.cut_short:
+            return None
+        raise
+    state = JsonFields(data, path, fix)
+    if unknown := sorted(set(data) - {field.name for field in fields(TrainerState)}):
+        raise state.error(f"{unknown[0]} is no field of a Trainer state")
+    for name in ("global_step", "max_steps"):
+        state.take(name, int, minimum=0)
+    state.take("num_train_epochs", float, minimum=0)
+    for name in ("epoch", "total_flos"):
+        state.take(name, float, minimum=0, required=False)
+    for name in ("logging_steps", "eval_steps", "save_steps"):
+        state.take(name, (float, type(None)), minimum=0, required=False)
+    state.take("num_input_tokens_seen", int, minimum=0, required=False)
+    for name in ("train_batch_size", "best_global_step"):
+        state.take(name, (int, type(None)), minimum=0, required=False)
+    state.take("best_metric", (float, type(None)), required=False)
+    for name in ("best_model_checkpoint", "trial_name"):
+        state.take(name, (str, type(None)), required=False)
+    for name in ("is_local_process_zero", "is_world_process_zero", "is_hyper_param_search"):
+        state.take(name, bool, required=False)
+    state.take("trial_params", (dict, type(None)), required=False)
+    for index, entry in enumerate(state.take("log_history", list, required=False, default=[])):
+        JsonFields(entry, path, fix, f"log_history[{index}]").take("step", int, minimum=0, required=False)
+    callbacks = state.take("stateful_callbacks", (dict, type(None)), required=False) or {}
+    control_fields = {field.name for field in fields(TrainerControl)}
+    for name, saved in callbacks.items():  # each callback's state: `args` of its constructor, `attributes` set
+        for index, entry in enumerate(saved if isinstance(saved, list) else [saved]):
+            callback = JsonFields(
+                entry, path, fix, f"stateful_callbacks.{name}" + (f"[{index}]" * isinstance(saved, list))
+            )
+            arguments = callback.take("args", dict, required=False, default={})
+            callback.take("attributes", dict, required=False)
+            if name == TrainerControl.__name__:
+                flags = JsonFields(arguments, path, fix, f"{callback.where}.args")
+                if unknown := sorted(set(arguments) - control_fields):
+                    raise flags.error(f"{flags.name(unknown[0])} is no field of TrainerControl")
+                for flag in arguments:
+                    flags.take(flag, bool)
+    return data
+
+
 class SavedCheckpoints(NamedTuple):
     """The checkpoints of a folder: the last complete one and its Trainer state (None where there is none), and the
     incomplete ones, stopped while being saved (a kill, a full disk) before their `trainer_state.json` was written."""
@@ -464,7 +523,8 @@ class SavedCheckpoints(NamedTuple):
 
 
 def saved_checkpoints(folder: Path) -> SavedCheckpoints:
-    """The `checkpoint-STEP` folders of `folder`, complete or not (a `trainer_state.json` missing or cut short)."""
+    """The `checkpoint-STEP` folders of `folder`, complete or not (a `trainer_state.json` missing or cut short); a
+    one-line `CommandError` where a complete one's Trainer state is damaged (`read_trainer_state`)."""
     steps = {
         int(path.name.removeprefix(CHECKPOINT_PREFIX)): path
         for path in folder.glob(f"{CHECKPOINT_PREFIX}*")
@@ -473,8 +533,10 @@ def saved_checkpoints(folder: Path) -> SavedCheckpoints:
     last, last_state, incomplete = None, None, []
     for step in sorted(steps):
         try:
-            state = json.loads((steps[step] / TRAINER_STATE).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
+            state = read_trainer_state(steps[step] / TRAINER_STATE)
+        except FileContentError as error:
+            raise CommandError(str(error)) from error
+        if state is None:
             incomplete.append(steps[step])
         else:
             last, last_state = steps[step], state
@@ -596,6 +658,25 @@ def save_text_identity(folder: Path, data_args: DataArguments) -> None:
     (folder / RUN_TEXT_FILE).write_text(json.dumps(text_identity(data_args), indent=1), encoding="utf-8")
 
 
+def read_run_text(path: Path) -> dict[str, list[dict]]:
+    """
+    The record of a run's text files (`text_identity`) that `path` holds, checked: a one-line `ValueError`
+    (`FileContentError`) naming the file and the field where it cannot be read or a field is missing or of another
+    type.
+    """
+    fix = "pass --overwrite_output_dir without --resume to start over"
+    record = JsonFields(read_json_file(path, fix), path, fix)
+    identity = {}
+    for name in TEXT_FLAGS:
+        identity[name] = record.take(name, list)
+        for index, entry in enumerate(identity[name]):
+            file = JsonFields(entry, path, fix, f"{name}[{index}]")
+            file.take("path", str)
+            file.take("size", int, minimum=0)
+            file.take("sha256", str)
+    return identity
+
+
 def check_same_text(source: Path, data_args: DataArguments) -> None:
     """
     A one-line `ValueError` where the run to continue in `source` was started on other text files than `data_args`
@@ -603,16 +684,14 @@ def check_same_text(source: Path, data_args: DataArguments) -> None:
     those of its own text, and its checkpoints have read it. A run recorded before runs recorded their text is not
     checked.
     """
-    try:
-        recorded = json.loads((source / RUN_TEXT_FILE).read_text(encoding="utf-8"))
-    except FileNotFoundError:
+    path = source / RUN_TEXT_FILE
+    if not path.exists():
         return
-    except (OSError, ValueError) as error:
-        raise ValueError(f"cannot resume {source}: {RUN_TEXT_FILE} cannot be read ({first_line(error)})") from error
+    recorded = read_run_text(path)
     given = text_identity(data_args)
     advice = "; resume with the files it started with, or pass --overwrite_output_dir without --resume to start over"
     for name, flag in TEXT_FLAGS.items():
-        started, now = recorded.get(name, []), given[name]
+        started, now = recorded[name], given[name]
         if len(started) != len(now):
             raise ValueError(
                 f"cannot resume {source}: its run started with {len(started)} {flag} file(s), not {len(now)}{advice}"
@@ -657,11 +736,21 @@ def check_checkpoint_files(checkpoint: Path) -> None:
     A one-line `CommandError`, before anything trains, for a pickle of the checkpoint to resume from (its optimizer,
     scheduler and random states) that the Trainer's `torch.load(weights_only=True)` would refuse, naming what it holds
     that is refused, or that is no file `torch.save` wrote. Refusing is right: loaded otherwise, a pickle can run any
-    code. (torch lists them since 2.5; transformers 5 trains with torch 2.6 or later.) Its weights too, where a
-    `.safetensors` file is cut short or its header damaged (read here, not its tensors).
+    code. (torch lists them since 2.5; transformers 5 trains with torch 2.6 or later.) Its Trainer state
+    (`read_trainer_state`) and weights too, where a `.safetensors` file is cut short or its header damaged (read here,
+    not its tensors), or cannot be read.
     """
     from transformers.trainer_pt_utils import safe_globals  # what the Trainer allows beyond torch: numpy's RNG state
 
+    try:
+        complete = read_trainer_state(checkpoint / TRAINER_STATE) is not None
+    except FileContentError as error:
+        raise CommandError(str(error)) from error
+    if not complete:
+        raise CommandError(
+            f"cannot resume from {checkpoint}: its {TRAINER_STATE} is missing or cut short (a checkpoint stopped "
+            "while being saved); resume from another checkpoint"
+        )
     if damaged := first_damaged_weights(checkpoint):
         path, error = damaged
         raise CommandError(
@@ -710,6 +799,9 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
         with reported_write_failures(folders.output):
             lock = lock_output(folders.output)
     with lock:
+        if training_args.process_index == 0:  # the run's own folder, which a link there would put elsewhere
+            with reported_write_failures(folders.output):
+                refuse_link(folders.parts, "run folder")
         return train(argv, data_args, model_args, training_args, folders)
 
 

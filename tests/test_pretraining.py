@@ -1043,3 +1043,63 @@ def test_resume_refuses_a_random_state_that_weights_only_refuses_in_one_line(tmp
     assert f"cannot resume from {parts / 'checkpoint-2'}: rng_state.pth is no file torch.save wrote (" in err
     random_states.write_bytes(intact)
     assert command(short_run(tmp_path, output, "--resume"), capsys)[0] == 0
+
+
+# -- files read before a resume, and links where the run writes (issue 50) --------------------------------------------
+
+
+def test_a_damaged_trainer_state_or_record_of_the_text_is_one_line_naming_the_field(tmp_path, monkeypatch, capsys):
+    """`checkpoint-2/trainer_state.json` as `{"global_step": "forty", "log_history": 7}` (the Trainer's TypeError),
+    then a record of the text of other types: `--resume` is refused in one line naming the file and the field,
+    changing nothing; a state cut short is a checkpoint stopped while being saved, taken for one as before."""
+    output, parts = tmp_path / "model", tmp_path / "model.parts"
+    stop_while_saving(monkeypatch, short_run(tmp_path, output), step=4)
+    state_file = parts / "checkpoint-2" / "trainer_state.json"
+    intact = state_file.read_text()
+    state_file.write_text('{"global_step": "forty", "log_history": 7}')
+    before = folder_files(parts)
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert (code, err) == (
+        1,
+        f'hf-elmo: error: {state_file}: global_step is the string "forty", not an integer; remove checkpoint-2 to '
+        "resume from the checkpoint before it (or from step 0), or start over with --overwrite_output_dir instead of "
+        "--resume\n",
+    )
+    damaged = json.loads(intact)
+    damaged["stateful_callbacks"]["TrainerControl"]["args"]["should_save"] = "yes"
+    state_file.write_text(json.dumps(damaged))
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert code == 1 and "stateful_callbacks.TrainerControl.args.should_save is the string" in err
+    assert folder_files(parts) == {**before, "checkpoint-2/trainer_state.json": state_file.read_bytes()}
+
+    state_file.write_text(intact)
+    text_record = parts / "hf_elmo_pretrain_text.json"
+    recorded = text_record.read_text()
+    text_record.write_text('{"train_file": "train.txt", "validation_file": []}')
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert (code, err) == (
+        2,
+        f'hf-elmo: error: {text_record}: train_file is the string "train.txt", not a list; pass '
+        "--overwrite_output_dir without --resume to start over\n",
+    )
+    text_record.write_text(recorded)
+    state_file.write_text(intact[: len(intact) // 2])  # cut short: incomplete, removed; the run starts over
+    code, err = command(short_run(tmp_path, output, "--resume"), capsys)
+    assert code == 0 and "checkpoint-2, checkpoint-4: incomplete" in err
+
+
+@pytest.mark.parametrize("name", [".model.lock", "model.parts"])
+def test_a_link_where_the_run_writes_its_own_files_is_refused_and_not_followed(tmp_path, capsys, name):
+    """`ln -s mine .model.lock` (or `model.parts`, the run's folder): the run is refused in one line before anything
+    is written, and what the link names keeps its bytes."""
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("kept")
+    link = tmp_path / name
+    link.symlink_to(mine / "keep.txt" if name.endswith(".lock") else mine)
+    code, err = command(short_run(tmp_path, tmp_path / "model", "--resume"), capsys)
+    what = "lock file" if name.endswith(".lock") else "run folder"
+    assert code == 1 and err.startswith("hf-elmo: error: ") and err.count("\n") == 1
+    assert f"{link} is a link (to {link.readlink()}) where hf_elmo makes its {what}; it was not followed" in err
+    assert [path.name for path in mine.iterdir()] == ["keep.txt"] and (mine / "keep.txt").read_text() == "kept"
+    assert link.is_symlink() and not (tmp_path / "model").exists()
