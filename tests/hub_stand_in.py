@@ -202,6 +202,7 @@ class StandInHub:
         if not base.is_dir():
             raise HubError(404, "EntryNotFound", f"{folder} does not exist on {revision}", self.commits[repo])
         entries = base.rglob("*") if query.get("recursive", ["false"])[0].lower() == "true" else base.iterdir()
+        # huggingface_hub's `RepoFolder` requires a folder's `oid`, which neither client reads: any id does.
         return [
             {
                 "type": "file",
