@@ -20,6 +20,8 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from .errors import FileContentError, JsonFields, read_json_file
+
 # Shift of every id in a row: 0 is reserved for "no character" (rows of padded positions are all zeros).
 ID_SHIFT = 1
 
@@ -48,6 +50,8 @@ MARKER_ROLES = ("begin_of_sentence", "end_of_sentence", "begin_of_word", "end_of
 MARKER_SYMBOLS = ("<bos>", "<eos>", "<bow>", "<eow>", "<pad>", "<oov>")
 MARKER_SYMBOL_OF_ROLE = dict(zip(MARKER_ROLES, MARKER_SYMBOLS))
 CHAR_VOCAB_FILE = "char_vocab.json"
+# The largest `char_vocab.json` read: a vocabulary of a million characters is 20 MB as `save` writes it.
+CHAR_VOCAB_FILE_LIMIT = 32 << 20
 
 
 @dataclass(frozen=True)
@@ -99,14 +103,27 @@ class CharacterAlphabet:
 
     @classmethod
     def from_file(cls, path: str | os.PathLike) -> "CharacterAlphabet":
-        """A learned alphabet saved by [`~CharacterAlphabet.save`]."""
+        """
+        A learned alphabet saved by [`~CharacterAlphabet.save`], checked before use: a file that cannot be read, of
+        more than `CHAR_VOCAB_FILE_LIMIT` bytes, or whose `markers` and `symbols` are not objects of ids within the
+        vocabulary, each symbol's id once, is a one-line `ValueError` (`FileContentError`) naming the file and the
+        field.
+        """
+        fix = "copy or download the model folder again"
+        vocabulary = JsonFields(read_json_file(path, fix, CHAR_VOCAB_FILE_LIMIT), path, fix)
+        symbols = vocabulary.take("symbols", dict)
+        markers = JsonFields(vocabulary.take("markers", dict), path, fix, "markers")
+        if unknown := sorted(set(markers.data) - set(MARKER_ROLES)):
+            raise markers.error(f"markers.{unknown[0]} is no marker role (they are {', '.join(MARKER_ROLES)})")
+        for role in MARKER_ROLES:
+            markers.take(role, int, minimum=0, maximum=len(symbols) - 1)
+        ids = JsonFields(symbols, path, fix, "symbols")
+        for symbol in symbols:
+            ids.take(symbol, int, minimum=0, maximum=len(symbols) - 1)
         try:
-            with open(path, encoding="utf-8") as handle:
-                data = json.load(handle)
-            symbols = data["symbols"]
-            return cls(learned=True, size=len(symbols), markers=data["markers"], symbols=symbols)
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError) as error:
-            raise ValueError(f"{path} is not a readable character vocabulary: {error!r}") from error
+            return cls(learned=True, size=len(symbols), markers=markers.data, symbols=symbols)
+        except ValueError as error:  # ids that are not 0 .. size - 1 each once
+            raise FileContentError(f"{path}: {error}; {fix}") from error
 
     def save(self, path: str | os.PathLike) -> None:
         if self.symbols is None:

@@ -1,9 +1,13 @@
 """The one ground floor of character ids: the byte alphabet (bilm-tf) and learned ones (ELMoForManyLangs, pretrain)."""
 
+import json
+import re
+
 import pytest
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.alphabet_elmo import MARKER_ROLES, CharacterAlphabet, learn_character_vocabulary
+from hf_elmo.errors import FileContentError
 
 KOREAN = "한국어를배웁니다"  # 8 syllables, 24 UTF-8 bytes
 
@@ -86,3 +90,41 @@ def test_learned_vocabulary_from_a_corpus(tmp_path):
     tokenizer = ElmoTokenizer(max_characters_per_token=10, char_vocab_file=str(tmp_path / "char_vocab.json"))
     row = tokenizer([KOREAN], is_split_into_words=True)["input_ids"][1]
     assert tokenizer.decode(row) == "한국어" + "\ufffd" * 5  # all 8 syllables fit in 10; 5 are unknown
+
+
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        ('{"markers": "abc", "symbols": "abc"}', 'symbols is the string "abc", not an object'),
+        ('{"symbols": {"a": 0}, "markers": {"begin_of_sentence": "0"}}', "markers.begin_of_sentence is the string"),
+        ('{"symbols": {"a": 0}, "markers": {}}', "markers.begin_of_sentence is missing"),
+        ('{"symbols": {"a": -1}}', "markers is missing"),
+        ('{"symbols": 7, "markers": {}}', "symbols is the number 7, not an object"),
+        ("[1, 2]", "the file is a list of 2 items, not an object"),
+        ('{"symbols": {"a": 0', "ends before its JSON does"),
+    ],
+)
+def test_a_damaged_character_vocabulary_is_one_line_naming_the_file_and_field(tmp_path, content, message):
+    """`char_vocab.json` whose `markers` and `symbols` are strings was an AttributeError (issue 50): every field is
+    checked for its type and bounds before use, and refused in one line naming the file and the field."""
+    path = tmp_path / "char_vocab.json"
+    path.write_text(content)
+    with pytest.raises(FileContentError) as raised:
+        CharacterAlphabet.from_file(path)
+    assert str(raised.value).startswith(str(path)) and message in str(raised.value)
+    assert str(raised.value).endswith("; copy or download the model folder again") and "\n" not in str(raised.value)
+
+
+def test_ids_of_a_saved_vocabulary_are_checked_within_it(tmp_path):
+    markers = dict(zip(MARKER_ROLES, range(6)))
+    for symbols, message in [
+        ({**{f"m{i}": i for i in range(6)}, "a": 6, "b": 6}, "ids must be 0..7, each once"),
+        ({f"m{i}": i for i in range(6)} | {"a": 60}, "symbols.a is the number 60, not an integer from 0 to 6"),
+        ({f"m{i}": i for i in range(6)} | {"a": 1e300}, "symbols.a is the number 1e+300, not an integer"),
+    ]:
+        (tmp_path / "char_vocab.json").write_text(json.dumps({"markers": markers, "symbols": symbols}))
+        with pytest.raises(FileContentError, match=re.escape(message)):
+            CharacterAlphabet.from_file(tmp_path / "char_vocab.json")
+    (tmp_path / "char_vocab.json").write_text(json.dumps({"markers": {**markers, "extra": 1}, "symbols": symbols}))
+    with pytest.raises(FileContentError, match="markers.extra is no marker role"):
+        CharacterAlphabet.from_file(tmp_path / "char_vocab.json")
