@@ -28,6 +28,15 @@ CPU_MATMULS = ("auto", "int8")
 # The label schemes that `crf_constraint` may name (see `crf_elmo.allowed_transitions`), and the prefixes of their
 # labels besides "O".
 LABEL_SCHEMES = {"BIO": ("B", "I"), "BIOES": ("B", "I", "E", "S")}
+# A word's row of character ids (its UTF-8 bytes, cut to the row), for the config and the tokenizer alike: 20 times
+# the released models' 50, where 10^9 made a tokenizer's rows fill the memory.
+MAX_CHARACTERS_PER_TOKEN = 1000
+# What a config may make a model allocate, refused before it is (a damaged or mistyped config.json, not a model):
+# 2**32 parameters (16 GiB in float32; the original ELMo holds 93.6 million), and a word's character-CNN activations
+# (`max_characters_per_token` times `n_filters` values, before the max over positions) of 2**24 values (64 MiB, 160
+# times the original's 102,400).
+MAX_PARAMETERS = 2**32
+MAX_WORD_ACTIVATIONS = 2**24
 
 logger = logging.get_logger(__name__)
 
@@ -56,9 +65,13 @@ def is_number(value: Any) -> bool:
     return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
-def integer(minimum: int) -> Rule:
-    """An integer from `minimum` up, stored as a Python int."""
-    return Rule(lambda value: is_integer(value) and value >= minimum, f"an integer >= {minimum}", int)
+def integer(minimum: int, maximum: int | None = None) -> Rule:
+    """An integer from `minimum` up (to `maximum`, where given), stored as a Python int."""
+    if maximum is None:
+        return Rule(lambda value: is_integer(value) and value >= minimum, f"an integer >= {minimum}", int)
+    return Rule(
+        lambda value: is_integer(value) and minimum <= value <= maximum, f"an integer from {minimum} to {maximum}", int
+    )
 
 
 def optional(rule: Rule) -> Rule:
@@ -244,7 +257,7 @@ class ElmoConfig(PreTrainedConfig):
     n_highway: int = checked(integer(0), 2)
     activation: str = checked(one_of("relu", "tanh"), "relu")
     n_characters: int = checked(one_of(261, 262), 262)
-    max_characters_per_token: int = checked(integer(3), 50)
+    max_characters_per_token: int = checked(integer(3, MAX_CHARACTERS_PER_TOKEN), 50)
     projection_dim: int = checked(integer(1), 512)
     cell_dim: int = checked(integer(1), 4096)
     n_layers: int = checked(integer(1), 2)
@@ -323,6 +336,18 @@ class ElmoConfig(PreTrainedConfig):
         if "ElmoForPreTraining" in (self.architectures or []) and self.word_vocab_size is None:
             raise ValueError("ElmoForPreTraining needs word_vocab_size (the words of its softmax)")
         CharacterAlphabet.from_config(self)  # checks the markers against the size
+        parts = self.parameters_by_field()
+        if (total := sum(parts.values())) > MAX_PARAMETERS:
+            most = max(parts, key=parts.get)
+            raise ValueError(
+                f"the sizes make a model of {total:,} parameters ({total * 4 / 2**30:,.0f} GiB in float32), "
+                f"{parts[most]:,} of them from {most}, over the {MAX_PARAMETERS:,} allowed"
+            )
+        if (activations := self.max_characters_per_token * self.n_filters) > MAX_WORD_ACTIVATIONS:
+            raise ValueError(
+                f"max_characters_per_token x the filters' outputs is {activations:,} values per word "
+                f"({activations * 4 / 2**20:,.0f} MiB in float32), over the {MAX_WORD_ACTIVATIONS:,} allowed"
+            )
 
     def validate(self):
         """transformers' checks of any config, then `validate_architecture` (transformers' own `validate`, which
@@ -344,6 +369,29 @@ class ElmoConfig(PreTrainedConfig):
         """As transformers' `to_dict` (which `save_pretrained` and `to_json_string` write), without the machine
         settings."""
         return {key: value for key, value in super().to_dict().items() if key not in MACHINE_SETTINGS}
+
+    def parameters_by_field(self) -> dict[str, int]:
+        """
+        The parameters these fields make a model hold, computed before any is allocated, by the fields that size them:
+        the biLM's (character table and convolutions, highways, word inputs, projection, LSTM layers), and, where the
+        fields are set, a pre-training softmax, a head's word vectors and task BiLSTM (a head's mix and last layers,
+        a few per layer and label, aside). Their sum is `ElmoModel`'s and `ElmoForPreTraining`'s count.
+        """
+        char_dim, cell, projection = self.char_embedding_dim, self.cell_dim, self.projection_dim
+        width = self.n_filters + (self.word_input_dim or 0)
+        # Per layer and direction: input, recurrent and bias; the projection where it is narrower than the memory.
+        lstm_layer = 4 * cell * (2 * projection + 1) + cell * projection * (projection < cell)
+        task_width = self.word_vector_dim + projection * self.concat_token_representation + self.hidden_size
+        return {
+            "filters": self.alphabet.table_rows * char_dim + sum(n * (w * char_dim + 1) for w, n in self.filters),
+            "n_highway": self.n_highway * 2 * (self.n_filters**2 + self.n_filters),
+            "word_input_vocab_size": (self.word_input_vocab_size or 0) * (self.word_input_dim or 0),
+            "projection_dim": (width + 1) * projection if self.always_project or width != projection else 0,
+            "n_layers": 2 * self.n_layers * lstm_layer,
+            "word_vocab_size": (self.word_vocab_size or 0) * (projection + 1),
+            "word_vector_vocab_size": (self.word_vector_vocab_size or 0) * self.word_vector_dim,
+            "task_lstm_dim": 2 * 4 * self.task_lstm_dim * (task_width + self.task_lstm_dim + 2),
+        }
 
     @property
     def n_filters(self) -> int:

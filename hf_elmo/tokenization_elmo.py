@@ -27,6 +27,8 @@ from .alphabet_elmo import (
     MARKER_SYMBOL_OF_ROLE,
     CharacterAlphabet,
 )
+from .configuration_elmo import BOOLEAN, MAX_CHARACTERS_PER_TOKEN, Rule, integer
+from .errors import FileContentError, read_json_file
 from .korean_morphemes import KoreanMorphemes, installed_versions
 
 logger = logging.get_logger(__name__)
@@ -46,11 +48,47 @@ PRE_TOKENIZERS = {
 }
 
 
+# The settings a tokenizer is made with and saves in `tokenizer_config.json`, and what each must be: checked when the
+# tokenizer is made and when the file is read (`read_tokenizer_settings`), each refusal one line naming the setting.
+TOKENIZER_SETTINGS = {
+    "max_characters_per_token": integer(3, MAX_CHARACTERS_PER_TOKEN),
+    "pre_tokenizer": Rule(
+        lambda value: isinstance(value, str) and value in PRE_TOKENIZERS, f"one of {sorted(PRE_TOKENIZERS)}"
+    ),
+    "word_vector_ids": BOOLEAN,
+    "analyser_versions": Rule(
+        lambda value: (
+            value is None
+            or (isinstance(value, dict) and all(isinstance(item, str) for pair in value.items() for item in pair))
+        ),
+        "None or a dict of package names to versions",
+    ),
+}
+
+
 def pre_tokenizer_named(name: str):
     """A new splitter of the pre-tokenizer `name` (one of `PRE_TOKENIZERS`); another name is one `ValueError`."""
-    if name not in PRE_TOKENIZERS:
-        raise ValueError(f"pre_tokenizer must be one of {sorted(PRE_TOKENIZERS)}, got {name!r}")
-    return PRE_TOKENIZERS[name]()
+    return PRE_TOKENIZERS[TOKENIZER_SETTINGS["pre_tokenizer"].checked("pre_tokenizer", name)]()
+
+
+def read_tokenizer_settings(path: str) -> dict:
+    """
+    The `tokenizer_config.json` at `path` (read by `errors.read_json_file`: a regular file of bounded size, JSON), each
+    of its `TOKENIZER_SETTINGS` checked before the tokenizer is made from it (transformers reads the file again, for
+    its own keys): a one-line `ValueError` naming the file and the setting, where a value would make rows no model
+    reads (a row of 10^9 characters filled the memory of `embed`).
+    """
+    fix = "copy or download the model folder again"
+    settings = read_json_file(path, fix)
+    if not isinstance(settings, dict):
+        raise FileContentError(f"{path} holds {type(settings).__name__}, not a JSON object; {fix}")
+    for name, rule in TOKENIZER_SETTINGS.items():
+        if name in settings:
+            try:
+                rule.checked(name, settings[name])
+            except ValueError as error:
+                raise FileContentError(f"{path}: {error}; {fix}") from None
+    return settings
 
 
 class Sentence(NamedTuple):
@@ -170,8 +208,13 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         word_vector_ids: bool = False,
         **kwargs,
     ):
-        if max_characters_per_token < 3:
-            raise ValueError(f"max_characters_per_token must be at least 3, got {max_characters_per_token}")
+        settings = {
+            "max_characters_per_token": max_characters_per_token,
+            "word_vector_ids": word_vector_ids,
+            "analyser_versions": analyser_versions,
+        }
+        for name, value in settings.items():  # the pre-tokenizer's name is checked where it is looked up
+            TOKENIZER_SETTINGS[name].checked(name, value)
         splitter = pre_tokenizer_named(pre_tokenizer)
         if kwargs.get("padding_side", "right") != "right":
             raise ValueError("ElmoTokenizer pads on the right only: the backward LSTM reads each row from its end")
@@ -221,6 +264,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         # Every route to a model's tokenizer passes here (AutoTokenizer, pipeline, trust_remote_code folders): a file
         # the model's config needs that is missing is refused here, not met as other vectors later.
         found = [path for path in resolved_vocab_files.values() if path]
+        if resolved_vocab_files.get("tokenizer_config_file"):
+            read_tokenizer_settings(resolved_vocab_files["tokenizer_config_file"])
         folder = pretrained_model_name_or_path if os.path.isdir(pretrained_model_name_or_path) else None
         if folder is None and found:  # a Hub repository: its snapshot folder, where config.json lies once fetched
             folder = os.path.dirname(found[0])

@@ -289,3 +289,72 @@ def test_the_config_is_read_and_checked_where_torch_cannot_be_imported(tmp_path)
         "hidden_size": 16,
         "refused": "mix_weights needs one value per layer (4), got [0.5, 0.5]",
     }
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"projection_dim": 16},  # no LSTM projection: the memory is the output
+        {"filters": [[1, 4], [2, 4]]},  # no character projection: the filters' outputs are projection_dim wide
+        {"always_project": True, "filters": [[1, 4], [2, 4]], "n_highway": 0},
+        {"char_vocab_size": 30, "char_markers": {role: i for i, role in enumerate(MARKER_ROLES)}},
+        {
+            "char_vocab_size": 30,
+            "char_markers": {role: i for i, role in enumerate(MARKER_ROLES)},
+            "word_input_vocab_size": 11,
+            "word_input_dim": 3,
+        },
+    ],
+)
+def test_the_parameters_counted_from_the_fields_are_the_models(overrides):
+    """What the config's bound counts, before anything is allocated, is what the model then holds."""
+    from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification
+
+    config = tiny_config(**overrides)
+    assert sum(config.parameters_by_field().values()) == sum(p.numel() for p in ElmoModel(config).parameters())
+    pretraining = tiny_config(**overrides, word_vocab_size=13, architectures=["ElmoForPreTraining"])
+    model = ElmoForPreTraining(pretraining)
+    assert sum(pretraining.parameters_by_field().values()) == sum(p.numel() for p in model.parameters())
+    # A head: its mix and classifier aside, the word vectors and the task BiLSTM are counted.
+    head_config = tiny_config(**overrides, word_vector_dim=5, word_vector_vocab_size=9, task_lstm_dim=6)
+    head = ElmoForSequenceClassification(head_config)
+    uncounted = sum(
+        p.numel() for name, p in head.named_parameters() if name.startswith(("task_encoder.mix.", "classifier."))
+    )
+    assert sum(head_config.parameters_by_field().values()) == sum(p.numel() for p in head.parameters()) - uncounted
+
+
+def test_sizes_that_would_not_fit_in_memory_are_refused_in_one_line_with_the_size(tmp_path):
+    """`n_layers` 10^6 ran 180 s under an 8 GB cap, a 10^9 row of characters filled the memory: a config.json that
+    would make a model of more than 2**32 parameters, or a word of more than 2**24 character-CNN values, is refused
+    where it is read, before anything is allocated, naming the field and the size."""
+    from hf_elmo.loading import load_model
+
+    tiny_config().save_pretrained(tmp_path)
+    saved = json.loads((tmp_path / "config.json").read_text())
+    # 2 directions x 10^6 layers x (4 x 4096 x (2 x 512 + 1) + 4096 x 512), and 12,836 for tiny_config's CNN.
+    cases = {
+        "n_layers": (
+            {"n_layers": 1_000_000, "cell_dim": 4096, "projection_dim": 512},
+            "the sizes make a model of 37,781,504,012,836 parameters (140,747 GiB in float32), 37,781,504,000,000 "
+            "of them from n_layers, over the 4,294,967,296 allowed",
+        ),
+        "filters": (
+            {"filters": [[1, 1_000_000]], "n_highway": 0, "projection_dim": 1, "cell_dim": 1},
+            "max_characters_per_token x the filters' outputs is 20,000,000 values per word (76 MiB in float32), over "
+            "the 16,777,216 allowed",
+        ),
+        "max_characters_per_token": (
+            {"max_characters_per_token": 1_000_000_000},
+            "max_characters_per_token must be an integer from 3 to 1000, got 1000000000",
+        ),
+    }
+    for name, (fields, message) in cases.items():
+        (tmp_path / "config.json").write_text(json.dumps({**saved, **fields}))
+        with pytest.raises(ValueError) as refused:
+            ElmoConfig.from_pretrained(tmp_path)
+        assert str(refused.value) == message, name
+        with pytest.raises(ValueError) as refused:
+            load_model(tmp_path)
+        assert str(refused.value) == f"cannot load {tmp_path} as an hf_elmo model: {message}", name

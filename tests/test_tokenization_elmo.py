@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoTokenizer, DataCollatorWithPadding, pipeline
-from utils import word_vocab_tokenizer
+from utils import tiny_config, word_vocab_tokenizer
 
 from hf_elmo import ElmoTokenizer, bundled_model_path
 from hf_elmo.tokenization_elmo import word_start_positions
@@ -472,3 +472,45 @@ def test_word_vector_ids_are_saved_with_the_tokenizer_and_need_a_word_vocabulary
     assert "word_vector_ids" not in plain(text) and plain.model_input_names == ["input_ids", "attention_mask"]
     with pytest.raises(ValueError, match="^word_vector_ids=True needs a word vocabulary: create the tokenizer with"):
         ElmoTokenizer(word_vector_ids=True)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "problem"),
+    [
+        # A row of 10^9 characters per word: `embed` grew to 21 GB and was killed, without a word.
+        ("max_characters_per_token", 1_000_000_000, "max_characters_per_token must be an integer from 3 to 1000"),
+        ("max_characters_per_token", "50", "max_characters_per_token must be an integer from 3 to 1000"),
+        ("pre_tokenizer", ["whitespace"], "pre_tokenizer must be one of ['bert', 'korean_morphemes', 'whitespace',"),
+        ("word_vector_ids", "yes", "word_vector_ids must be True or False"),
+        ("analyser_versions", {"kiwipiepy": 21}, "analyser_versions must be None or a dict of package names to"),
+    ],
+)
+def test_a_tokenizer_config_out_of_bounds_is_one_line_naming_the_file_and_the_setting(
+    tmp_path, setting, value, problem
+):
+    from hf_elmo.loading import load_model_and_tokenizer
+    from hf_elmo.modeling_elmo import ElmoModel
+
+    ElmoModel(tiny_config()).save_pretrained(tmp_path)
+    ElmoTokenizer(tiny_config().max_characters_per_token).save_pretrained(tmp_path)
+    path = tmp_path / "tokenizer_config.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), setting: value}))
+    message = f"{path}: {problem}"
+    for load in (ElmoTokenizer.from_pretrained, AutoTokenizer.from_pretrained):
+        with pytest.raises(ValueError) as refused:
+            load(tmp_path)
+        assert str(refused.value).startswith(message), str(refused.value)
+        assert str(refused.value).endswith(f", got {value!r}; copy or download the model folder again")
+    with pytest.raises(ValueError) as refused:
+        load_model_and_tokenizer(tmp_path)
+    assert str(refused.value).startswith(f"cannot load {tmp_path} as an hf_elmo model: {message}")
+    assert "\n" not in str(refused.value)
+
+
+def test_made_directly_the_tokenizer_checks_the_same_settings():
+    with pytest.raises(ValueError, match=r"^max_characters_per_token must be an integer from 3 to 1000, got 1001$"):
+        ElmoTokenizer(1001)
+    with pytest.raises(ValueError, match=r"^max_characters_per_token must be an integer from 3 to 1000, got 2$"):
+        ElmoTokenizer(2)
+    with pytest.raises(ValueError, match=r"^word_vector_ids must be True or False, got 1$"):
+        ElmoTokenizer(word_vector_ids=1)
