@@ -242,8 +242,8 @@ class ElmoConfig(PreTrainedConfig):
     whenever the field is set: in `__init__`, by `from_pretrained(folder, n_layers=...)` (which sets it afterwards) and
     on a loaded config. `validate_architecture` checks the fields against each other, after `__init__` and before
     `save_pretrained` writes them (through transformers' `validate`). Each refusal is a one-line `ValueError` naming
-    the field. A key that is neither a field nor one transformers writes or reads is kept as a plain attribute,
-    unused, and named in one warning (with the field it is closest to, when one is).
+    the field. A key that is no field is kept as a plain attribute, unused, as transformers keeps it; one that looks
+    like a misspelt field is named in one warning, with the field.
 
     Not transformers' `@strict`: its refusals are two-line errors that are not `ValueError`s, and it cannot store a
     converted value (a numpy int as an int, a tuple of filters as lists).
@@ -297,12 +297,12 @@ class ElmoConfig(PreTrainedConfig):
     def __post_init__(self, **kwargs):
         """
         After `__init__` has set every field (each checked by its rule): the keys that are no field go to transformers
-        (its own; an unknown one is kept as a plain attribute, and named in one warning), then `validate` checks the
-        fields together.
+        (its own; another is kept as a plain attribute, and named in one warning where it looks like a misspelt field),
+        then `validate` checks the fields together.
         """
         # Derived from projection_dim: a config.json saved by another model type may carry its own.
         kwargs.pop("hidden_size", None)
-        warn_about_unknown_keys(kwargs)
+        warn_about_misspelt_fields(kwargs)
         super().__post_init__(**kwargs)  # `num_hidden_layers` too, as `n_layers`
         self.validate()
 
@@ -468,63 +468,38 @@ MACHINE_SETTINGS = tuple(
     field.name for field in dataclasses.fields(ElmoConfig) if not field.metadata.get("saved", True)
 )
 
-# Keys that transformers reads or writes in a config but declares in no class, so that they cannot be read from it:
-# `auto_map` (written for remote code), `_commit_hash` (dropped when loading), `quantization_config` (the quantizers'),
-# and the attributes of transformers 4's `PretrainedConfig` that transformers 5 dropped, which tools still write and
-# some of which it still reads when a config has them (`tie_word_embeddings`, `sep_token_id`).
-UNDECLARED_TRANSFORMERS_KEYS = (
-    "auto_map",
-    "custom_pipelines",
-    "_commit_hash",
-    "quantization_config",
-    "_attn_implementation_autoset",
-    "task_specific_params",
-    "finetuning_task",
-    "tokenizer_class",
-    "prefix",
-    "sep_token_id",
-    "tie_word_embeddings",
-    "tie_encoder_decoder",
-    "is_decoder",
-    "add_cross_attention",
-    "cross_attention_hidden_size",
-    "pruned_heads",
-    "torchscript",
-    "use_bfloat16",
-    "tf_legacy_loss",
-)
-
 
 @functools.cache
-def known_config_keys() -> tuple[str, ...]:
+def transformers_config_keys() -> frozenset[str]:
     """
-    The keys a config may hold that ElmoConfig or transformers knows, sorted: the fields of `ElmoConfig` (transformers'
-    among them) and transformers' names for its own (`attribute_map`, `hidden_size`), the settable properties of
-    transformers' `PreTrainedConfig` (its argument `attn_implementation` sets the property `_attn_implementation`),
-    what a bare config writes, the generation parameters (which older configs carry) and
-    `UNDECLARED_TRANSFORMERS_KEYS`.
+    The keys transformers itself gives a config, read from its classes: the fields of `PreTrainedConfig`, its settable
+    properties (its argument `attn_implementation` sets the property `_attn_implementation`), what a default config
+    writes, and the generation parameters (which older configs carry).
     """
-    elmo = {field.name for field in dataclasses.fields(ElmoConfig)} | set(ElmoConfig.attribute_map) | {"hidden_size"}
     settable = {
         name.lstrip("_")
         for name in dir(PreTrainedConfig)
         if isinstance(member := inspect.getattr_static(PreTrainedConfig, name), property) and member.fset is not None
     }
-    written = {*PreTrainedConfig().to_dict(), *GenerationConfig().to_dict()}
-    return tuple(sorted(elmo | settable | written | set(UNDECLARED_TRANSFORMERS_KEYS)))
+    fields = {field.name for field in dataclasses.fields(PreTrainedConfig)}
+    return frozenset(fields | settable | set(PreTrainedConfig().to_dict()) | set(GenerationConfig().to_dict()))
 
 
-def warn_about_unknown_keys(kwargs: dict) -> None:
-    """One warning naming the keys of `kwargs` that neither ElmoConfig nor transformers knows, each with the known key
-    it is closest to, when one is close (a misspelt field)."""
-    unknown = [key for key in kwargs if key not in known_config_keys()]
-    if not unknown:
-        return
-    named = []
-    for key in unknown:
-        close = difflib.get_close_matches(key, known_config_keys(), n=1)
-        named.append(f"{key!r} (did you mean {close[0]!r}?)" if close else repr(key))
-    logger.warning(f"ElmoConfig does not know {', '.join(named)}: kept as plain attributes, unused")
+def warn_about_misspelt_fields(kwargs: dict) -> None:
+    """
+    One warning naming the keys of `kwargs` that look like a misspelt field of ElmoConfig: close to a field's name
+    and neither a field, transformers' (`transformers_config_keys`) nor bookkeeping (`_commit_hash`, ...). Other keys
+    are another tool's (`auto_map`, transformers 4's `tie_word_embeddings`): kept unused, as transformers keeps them.
+    """
+    fields = [field.name for field in dataclasses.fields(ElmoConfig) if field_rule(field) is not None]
+    known = {*fields, *ElmoConfig.attribute_map, *transformers_config_keys()}
+    named = [
+        f"{key!r} (did you mean {close[0]!r}?)"
+        for key in kwargs
+        if key not in known and not key.startswith("_") and (close := difflib.get_close_matches(key, fields, n=1))
+    ]
+    if named:
+        logger.warning(f"ElmoConfig does not know {', '.join(named)}: kept as plain attributes, unused")
 
 
 __all__ = ["ElmoConfig"]
