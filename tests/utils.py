@@ -410,3 +410,28 @@ def assert_clips_reached(layer, final_memory, outputs):
         assert (final_memory.abs() == layer.cell_clip).any(), f"no memory reached cell_clip={layer.cell_clip}"
     if layer.proj_clip is not None:
         assert (outputs.abs() == layer.proj_clip).any(), f"no output reached proj_clip={layer.proj_clip}"
+
+
+def refuse_to_open(monkeypatch, path: Path):
+    """
+    `os.open` refusing `path` as the system refuses a file without read permission (EACCES), where these tests run as
+    root, whom no permission keeps out: a stand-in for the real refusal, which `unreadable` makes where they do not.
+    """
+    import errno
+
+    real_open = os.open
+
+    def refusing(name, *args, **kwargs):
+        if Path(name) == path:
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(name))
+        return real_open(name, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", refusing)
+
+
+def unreadable(monkeypatch, path: Path):
+    """Takes the read permission of `path` away: `chmod 0`, or `refuse_to_open` where the tests run as root."""
+    if os.geteuid() != 0:
+        path.chmod(0)
+    else:
+        refuse_to_open(monkeypatch, path)
