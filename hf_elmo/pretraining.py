@@ -44,7 +44,7 @@ from .folders import apply_umask, atomic_directory, lock_output, refuse_link, re
 from .loading import first_damaged_weights, load_model_and_tokenizer
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
-from .text_files import read_sentences
+from .text_files import read_sentences, unreadable_reason
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, PRE_TOKENIZERS, UNK_TOKEN, ElmoTokenizer, pre_tokenizer_named
 
 # `build_word_vocab` puts <S>, </S> and <UNK> first.
@@ -416,13 +416,12 @@ def save_tokenizer(
 
 
 def check_text_files(data_args: DataArguments) -> None:
-    """A one-line `ValueError` for a training or validation file that cannot be opened, before anything loads."""
+    """A one-line `ValueError` for a training or validation file that cannot be read (`unreadable_reason`: a named pipe
+    too, which opening would wait on), before anything loads."""
     for flag, paths in (("--train-file", data_args.train_file), ("--validation-file", data_args.validation_file)):
         for path in paths:
-            try:
-                open(path, "rb").close()
-            except OSError as error:
-                raise ValueError(f"cannot read {flag} {path}: {error.strerror or first_line(error)}") from error
+            if reason := unreadable_reason(path):
+                raise ValueError(f"cannot read {flag} {path}: {reason}")
 
 
 # -- the output folder ------------------------------------------------------------------------------------------------

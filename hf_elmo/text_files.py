@@ -7,8 +7,11 @@ not take for whitespace (NUL, ESC, DEL, ...) is no more text than one that is no
 binary and UTF-16 files hold them everywhere (so that 2,000 NUL bytes would otherwise be one "word").
 """
 
+import errno
 import gzip
+import os
 import re
+import stat
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -32,8 +35,36 @@ class LineTooLong(TextFileError):
     """A line of more characters than the reader allows; the message names the file, line, length and limit."""
 
 
+def unreadable_reason(path: str | os.PathLike) -> str | None:
+    """
+    Why `path` cannot be read as a text file, in the words of a message (`cannot read PATH: REASON`), or None where it
+    can: it does not exist, is a folder, cannot be opened (as the system names why: no read permission), or is no
+    regular file (a named pipe, a device), whose lines could be read once only where every reader reads them more than
+    once (counted, then read). Opening a named pipe would wait for a writer: it is never opened.
+    """
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as error:
+        return error.strerror or first_line(error)
+    if stat.S_ISDIR(mode):
+        return os.strerror(errno.EISDIR)
+    if not stat.S_ISREG(mode):
+        kind = "a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device or socket"
+        return f"it is {kind}, not a file, and its lines are read more than once: write them to a file first"
+    try:
+        os.close(os.open(path, os.O_RDONLY))
+    except OSError as error:
+        return error.strerror or first_line(error)
+    return None
+
+
 def open_text_file(path: Path):
-    """The file's bytes, decompressed when it is named `.gz`; gzip bytes under another name are an error."""
+    """
+    The file's bytes, decompressed when it is named `.gz`; gzip bytes under another name, and a file that cannot be
+    read (`unreadable_reason`), are a `TextFileError`.
+    """
+    if reason := unreadable_reason(path):
+        raise TextFileError(f"cannot read {path}: {reason}")
     if path.suffix == ".gz":
         return gzip.open(path, "rb")
     handle = open(path, "rb")
@@ -84,6 +115,8 @@ def read_lines(
                 yield index, text
     except (gzip.BadGzipFile, EOFError, zlib.error) as error:
         raise TextFileError(f"{path}: not a complete gzip file ({first_line(error)})") from error
+    except OSError as error:  # opened, then failed (a disk's read error, a permission taken meanwhile)
+        raise TextFileError(f"cannot read {path}: {error.strerror or first_line(error)}") from error
 
 
 def count_lines(path: str | Path, shard: tuple[int, int] = (0, 1), max_characters: int | None = None) -> int:

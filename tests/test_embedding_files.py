@@ -23,6 +23,7 @@ from utils import (
     reference_layers,
     run_cli,
     tiny_config,
+    unreadable,
 )
 
 from hf_elmo import ElmoModel, ElmoTokenizer, embedding_files
@@ -659,3 +660,15 @@ def test_a_run_state_that_is_not_json_is_one_line(model_dir, tmp_path, capsys):
         f"an object; remove {parts} to start over\n"
     )
     assert snapshot(parts) == before
+
+
+def test_an_input_without_read_permission_is_one_line_and_nothing_is_written(model_dir, tmp_path, monkeypatch, capsys):
+    """Was a `PermissionError` traceback from `text_files` (issue 50). The system's refusal is made by a stand-in
+    where the tests run as root, whom no permission keeps out."""
+    path = tmp_path / "in.txt"
+    path.write_text("a line\n")
+    unreadable(monkeypatch, path)
+    capsys.readouterr()
+    assert main(embed_args(model_dir, tmp_path, "out.h5")) == 1
+    assert capsys.readouterr().err == f"hf-elmo: error: cannot read {path}: Permission denied\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]

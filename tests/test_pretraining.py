@@ -1103,3 +1103,19 @@ def test_a_link_where_the_run_writes_its_own_files_is_refused_and_not_followed(t
     assert f"{link} is a link (to {link.readlink()}) where hf_elmo makes its {what}; it was not followed" in err
     assert [path.name for path in mine.iterdir()] == ["keep.txt"] and (mine / "keep.txt").read_text() == "kept"
     assert link.is_symlink() and not (tmp_path / "model").exists()
+
+
+def test_a_named_pipe_as_text_is_refused_by_its_true_cause_without_waiting(tmp_path, capsys):
+    """A FIFO as `--train-file`: opening it to check it would wait for a writer; it is refused unopened, one line,
+    exit status 2, naming what it is."""
+    fifo = tmp_path / "train.fifo"
+    os.mkfifo(fifo)
+    structured_text(tmp_path / "valid.txt", 8, seed=1)
+    argv = ["--train-file", str(fifo), "--validation-file", str(tmp_path / "valid.txt")]
+    code, err = command([*argv, "--output-dir", str(tmp_path / "model")], capsys)
+    assert (code, err) == (
+        2,
+        f"hf-elmo: error: cannot read --train-file {fifo}: it is a named pipe (FIFO), not a file, and its lines are "
+        "read more than once: write them to a file first\n",
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["train.fifo", "valid.txt"]

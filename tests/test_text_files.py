@@ -1,8 +1,10 @@
 """The line reader shared by `hf-elmo embed` and pre-training: plain and gzip files, bad bytes, shards."""
 
 import gzip
+import os
 
 import pytest
+from utils import unreadable
 
 from hf_elmo.text_files import TextFileError, UndecodableLine, count_lines, read_lines, read_sentences
 
@@ -74,3 +76,29 @@ def test_pretraining_reads_a_control_character_as_embed_does(tmp_path):
         f"{tmp_path / 'in.txt'} line 2: not text (control character U+0000 at character 3, as in binary and UTF-16 "
         "files)"
     )
+
+
+def test_a_named_pipe_or_a_folder_is_refused_by_its_true_cause_without_waiting(tmp_path):
+    """A FIFO exists (it was "no such input file"), and opening it would wait for a writer: it is refused unopened,
+    as a folder is, naming what it is."""
+    fifo = tmp_path / "lines.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(TextFileError) as raised:
+        list(read_lines(fifo))
+    assert str(raised.value) == (
+        f"cannot read {fifo}: it is a named pipe (FIFO), not a file, and its lines are read more than once: write "
+        "them to a file first"
+    )
+    with pytest.raises(TextFileError, match=f"^cannot read {tmp_path}: Is a directory$"):
+        count_lines(tmp_path)
+    with pytest.raises(TextFileError, match="No such file or directory$"):
+        list(read_sentences([tmp_path / "missing.txt"]))
+
+
+def test_a_file_without_read_permission_is_refused_naming_the_permission(tmp_path, monkeypatch):
+    """Was a `PermissionError` traceback (issue 50)."""
+    path = tmp_path / "in.txt"
+    path.write_text("a line\n")
+    unreadable(monkeypatch, path)
+    with pytest.raises(TextFileError, match=f"^cannot read {path}: Permission denied$"):
+        list(read_lines(path))
