@@ -530,6 +530,9 @@ class ElmoPreTrainedModel(PreTrainedModel):
     base_model_prefix = "elmo"
     main_input_name = "input_ids"
     supports_gradient_checkpointing = False
+    # A head's `**options` are transformers' output keywords, not loss keywords: its loss is a mean over its own
+    # batch, so the Trainer passes no `num_items_in_batch` and scales the loss for gradient accumulation itself.
+    accepts_loss_kwargs = False
     description: str = ""
     graph_inputs: dict[str, str | None] = {"word_input_ids": "word_input_vocab_size"}
     graph_outputs: tuple[str, ...] = ()
