@@ -11,6 +11,7 @@ to its folder there, which `from_pretrained` reads as any local folder.
 """
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -31,6 +32,8 @@ from .tokenization_elmo import TOKENIZER_CONFIG_FILE, ElmoTokenizer, check_token
 # the task heads. Any other ELMo folder (`ElmoModel`, `ElmoForPreTraining`) loads as its biLM, `ElmoModel`: a
 # pre-training softmax serves pre-training alone, which asks for `ElmoForPreTraining` by name.
 HEADS = {model.__name__: model for model in AUTO_CLASSES.values() if issubclass(model, ElmoHeadModel)}
+# Weights that transformers would load by unpickling them (`pytorch_model.bin` and its shards): never loaded here.
+PICKLED_WEIGHTS = "*.bin"
 
 
 def resolve_model_name(name: str, hub: bool = True) -> str:
@@ -77,8 +80,9 @@ def resolve_model_name(name: str, hub: bool = True) -> str:
 def check_model_folder(folder: Path, name: str) -> None:
     """
     A one-line `ValueError` for a folder that is not a loadable hf_elmo model: no readable `config.json` of
-    model_type "elmo", or a weights file cut short or corrupt (whose error from safetensors would come as a
-    traceback out of `from_pretrained`; its header is read here, not its tensors).
+    model_type "elmo"; weights in a pickle alone (`pytorch_model.bin`), which hf_elmo never unpickles; or a weights
+    file that cannot be read, or is cut short or corrupt (whose error from safetensors would come as a traceback out
+    of `from_pretrained`; its header is read here, not its tensors).
     """
     try:
         model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
@@ -88,26 +92,48 @@ def check_model_folder(folder: Path, name: str) -> None:
         raise ValueError(f"{name} is not an hf_elmo model folder (config.json: {first_line(error)})") from error
     if model_type != "elmo":
         raise ValueError(f"{name} is not an hf_elmo model folder (model_type {model_type!r})")
+    pickled = sorted(path.name for path in folder.glob(PICKLED_WEIGHTS))
+    if pickled and not any(folder.glob("*.safetensors")):
+        raise ValueError(
+            f"{name} has no safetensors weights, only {pickled[0]}, a pickle, which hf_elmo will not unpickle (a "
+            "pickle can run any code): get the model's model.safetensors"
+        )
     if damaged := first_damaged_weights(folder):
         weights, error = damaged
-        raise ValueError(
-            f"{Path(name) / weights.name} is cut short or corrupt ({first_line(error)}); copy or download the "
-            f"model folder again"
-        ) from error
+        problem = weights_problem(error, "copy or download the model folder again")
+        raise ValueError(f"{Path(name) / weights.name} {problem}") from error
 
 
 def first_damaged_weights(folder: Path) -> tuple[Path, Exception] | None:
-    """The first `.safetensors` file of `folder` whose header cannot be read (cut short, damaged), with the error;
-    None where every one reads. Its header alone is read, not its tensors."""
+    """
+    The first `.safetensors` file of `folder` that cannot be read (an `OSError`: no read permission, a folder) or
+    whose header cannot be read (cut short, damaged: a `SafetensorError`), with the error; None where every one
+    reads. Its header alone is read, not its tensors. `weights_problem` words the error.
+    """
     from safetensors import SafetensorError, safe_open
 
     for weights in sorted(folder.glob("*.safetensors")):
         try:
+            if not weights.is_file():  # a folder, a named pipe (which opening would wait on), a broken link
+                raise OSError(errno.EINVAL, "not a regular file", str(weights))
+            # Opened here first: safetensors names any failure to open as a damaged file, with another errno's text.
+            os.close(os.open(weights, os.O_RDONLY))
             with safe_open(str(weights), framework="numpy"):
                 pass
         except (SafetensorError, OSError) as error:
             return weights, error
     return None
+
+
+def weights_problem(error: Exception, fix: str) -> str:
+    """What is wrong with a weights file, for `first_damaged_weights`' error, to follow its name: it cannot be read
+    (as the system says why; without read permission, what gives it back), or it is cut short or corrupt, then
+    `fix`."""
+    if isinstance(error, PermissionError):
+        return f"cannot be read ({error.strerror}): let this user read it (chmod a+r), it is not known to be damaged"
+    if isinstance(error, OSError):
+        return f"cannot be read ({error.strerror or first_line(error)}); {fix}"
+    return f"is cut short or corrupt ({first_line(error)}); {fix}"
 
 
 def hub_unreachable() -> bool:

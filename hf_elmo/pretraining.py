@@ -41,7 +41,7 @@ from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .errors import CommandError, ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
 from .folders import apply_umask, atomic_directory, lock_output, refuse_link, replace_folder, write_failure_reason
-from .loading import first_damaged_weights, load_model_and_tokenizer
+from .loading import first_damaged_weights, load_model_and_tokenizer, weights_problem
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
 from .text_files import read_sentences, unreadable_reason
@@ -752,11 +752,11 @@ def check_checkpoint_files(checkpoint: Path) -> None:
         )
     if damaged := first_damaged_weights(checkpoint):
         path, error = damaged
-        raise CommandError(
-            f"cannot resume from {checkpoint}: {path.name} is cut short or damaged ({first_line(error)}); "
-            f"remove {checkpoint.name} to resume from the checkpoint before it (or from step 0), or start over "
-            "with --overwrite_output_dir instead of --resume"
-        ) from error
+        fix = (
+            f"remove {checkpoint.name} to resume from the checkpoint before it (or from step 0), or start over with "
+            "--overwrite_output_dir instead of --resume"
+        )
+        raise CommandError(f"cannot resume from {checkpoint}: {path.name} {weights_problem(error, fix)}") from error
     for path in sorted([*checkpoint.glob("*.pt"), *checkpoint.glob("*.pth")]):
         try:
             with safe_globals():

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import tiny_config, word_vocab_tokenizer
+from utils import tiny_config, unreadable, word_vocab_tokenizer
 
 from hf_elmo import (
     ElmoConfig,
@@ -169,3 +169,64 @@ def test_the_tokenizer_gives_word_vector_ids_exactly_when_the_model_reads_them(t
         f"the tokenizer of {tmp_path / 'bilm'} disagrees with its config: it has a word vocabulary of {vocab_size} "
         f"words (the word vectors': {vocab_size + 1}); copy or download the model folder again"
     )
+
+
+# -- weights that cannot be read, or only by unpickling (issue 50) ----------------------------------------------------
+
+
+class TouchesAFile:
+    """What a malicious pickle does when loaded: here, it makes `marker`, so that a test sees whether it ran."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return (Path.touch, (self.marker,))
+
+
+def test_pickled_weights_alone_are_refused_in_one_line_never_unpickled(tmp_path, capsys):
+    """`pytorch_model.bin` (a malicious pickle) in place of `model.safetensors`: torch's refusal advised re-running
+    with `weights_only=False`, the dangerous way; the folder is refused in one line saying that it has no
+    safetensors weights and that hf_elmo will not unpickle them, and the pickle never runs, for `info` and `embed`."""
+    from hf_elmo.cli import main
+
+    folder, marker = tmp_path / "model", tmp_path / "ran"
+    ElmoModel(tiny_config()).save_pretrained(folder)
+    (folder / "model.safetensors").unlink()
+    torch.save({"bilm.weight": TouchesAFile(marker)}, folder / "pytorch_model.bin")
+    expected = (
+        f"{folder} has no safetensors weights, only pytorch_model.bin, a pickle, which hf_elmo will not unpickle (a "
+        "pickle can run any code): get the model's model.safetensors"
+    )
+    with pytest.raises(ValueError) as raised:
+        load_model_and_tokenizer(folder)
+    assert str(raised.value) == expected
+    (tmp_path / "in.txt").write_text("a line\n")
+    for argv in (
+        ["info", str(folder)],
+        ["embed", str(folder), str(tmp_path / "in.txt"), str(tmp_path / "o.h5"), "--top"],
+    ):
+        capsys.readouterr()
+        assert main(argv) == 1
+        assert capsys.readouterr().err == f"hf-elmo: error: {expected}\n"
+    assert not marker.exists() and sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "model"]
+
+
+def test_weights_that_cannot_be_read_are_named_as_such_not_as_damaged(tmp_path, monkeypatch):
+    """An intact `model.safetensors` without read permission was "cut short or corrupt (No such file or directory)":
+    it says that it cannot be read, and why; one cut short says so."""
+    folder = tmp_path / "model"
+    ElmoModel(tiny_config()).save_pretrained(folder)
+    weights = folder / "model.safetensors"
+    with monkeypatch.context() as patch:
+        unreadable(patch, weights)
+        with pytest.raises(ValueError) as raised:
+            load_model(folder)
+    assert str(raised.value) == (
+        f"{weights} cannot be read (Permission denied): let this user read it (chmod a+r), it is not known to be "
+        "damaged"
+    )
+    weights.chmod(0o644)
+    weights.write_bytes(weights.read_bytes()[:100])
+    with pytest.raises(ValueError, match=f"^{weights} is cut short or corrupt \\(.*\\); copy or download the model"):
+        load_model(folder)

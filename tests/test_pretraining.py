@@ -1011,7 +1011,7 @@ def test_resume_from_a_checkpoint_whose_weights_are_cut_short_is_one_line(tmp_pa
     code, err = command(short_run(tmp_path, output, "--resume"), capsys)
     assert code == 1 and err.count("\n") == 2  # the resumption's line and the error
     assert err.endswith(
-        f"\nhf-elmo: error: cannot resume from {parts / 'checkpoint-2'}: model.safetensors is cut short or damaged "
+        f"\nhf-elmo: error: cannot resume from {parts / 'checkpoint-2'}: model.safetensors is cut short or corrupt "
         "(Error while deserializing header: incomplete metadata, file not fully covered); remove checkpoint-2 to "
         "resume from the checkpoint before it (or from step 0), or start over with --overwrite_output_dir instead of "
         "--resume\n"
