@@ -1,11 +1,8 @@
-"""The models shipped inside the package: paths, loading (own and Auto classes), outputs, `embed`, the quickstart,
+"""The models shipped inside the package: paths, loading (own and Auto classes), outputs, `embed`,
 copies saved for `trust_remote_code`, and `examples/nsmc/bundle.py` rebuilding them."""
 
 import json
-import os
-import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import h5py
@@ -13,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModel, AutoModelForSequenceClassification, AutoTokenizer, pipeline
-from utils import FLOAT32_TOLERANCE, hiding_packages, load_without_hf_elmo
+from utils import FLOAT32_TOLERANCE, load_without_hf_elmo
 
 import hf_elmo
 from hf_elmo import (
@@ -22,7 +19,6 @@ from hf_elmo import (
     ElmoModel,
     ElmoTokenizer,
     bundled_model_path,
-    quickstart,
 )
 from hf_elmo.cli import main as cli_main
 from hf_elmo.loading import resolve_model_name
@@ -274,139 +270,3 @@ def test_onnx_export_takes_a_bundled_name(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert cli_main(["export", "--format", "onnx", "--model-dir", "ko-nsmc", "--output-dir", "onnx"]) == 0
     assert (tmp_path / "onnx" / "model.onnx").is_file()
-
-
-def printed_similarity_tables(lines: list[str]) -> dict[int, np.ndarray]:
-    """The quickstart's cosine tables, `{layer: (6, 6)}`, read back from its output."""
-    tables = {}
-    for index, line in enumerate(lines):
-        if line.startswith("cosine similarity, layer "):
-            rows = lines[index + 2 : index + 8]
-            tables[int(line.split()[3])] = np.array([[float(value) for value in row.split()[1:]] for row in rows])
-    return tables
-
-
-# `hf-elmo ARGV` by the console script's function (`hf_elmo.command_line.main`), in a process of its own.
-LAUNCHER = "import sys; from hf_elmo.command_line import main; sys.exit(main())"
-
-
-def run_launcher(argv: list[str], cwd: Path, script: str = LAUNCHER) -> subprocess.CompletedProcess:
-    """`hf-elmo ARGV` offline from `cwd`, this checkout first on the path (or the Python `script` given)."""
-    environment = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]),
-    }
-    return subprocess.run(
-        [sys.executable, "-c", script, *argv],
-        capture_output=True,
-        text=True,
-        env=environment,
-        timeout=300,
-        cwd=cwd,
-    )
-
-
-def test_quickstart_without_kiwipiepy_names_the_extra_at_once(tmp_path):
-    """Found, not imported: the line comes before the quickstart's module (and its models) is imported."""
-    hide_kiwipiepy = hiding_packages("kiwipiepy") + textwrap.dedent("""
-        from hf_elmo.command_line import main
-
-        code = main(["quickstart"])
-        print(code, "hf_elmo.quickstart" in sys.modules, file=sys.stderr)
-    """)
-    result = run_launcher([], tmp_path, script=hide_kiwipiepy)
-    assert result.stderr.splitlines() == [
-        "hf-elmo: error: the quickstart needs the korean extra (kiwipiepy, Korean morphemes): pip install "
-        '"kiwipiepy>=0.21"',
-        "1 False",
-    ]
-    assert not list(tmp_path.iterdir())
-
-
-def test_quickstart_is_a_command_and_examples_quickstart_runs_it_under_its_name(tmp_path):
-    listed = run_launcher(["--help"], tmp_path)
-    assert listed.returncode == 0, listed.stderr
-    assert any(line.split()[:1] == ["quickstart"] for line in listed.stdout.splitlines()), listed.stdout
-    result = subprocess.run(
-        [sys.executable, str(ROOT / "examples" / "quickstart.py"), "--help"],
-        capture_output=True,
-        text=True,
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        timeout=60,
-    )
-    assert result.returncode == 0, result.stderr
-    assert result.stdout.startswith("usage: quickstart.py [-h]")
-
-
-def png_size(path: Path) -> tuple[int, int]:
-    """The width and height of the PNG `path`, from its header (a file that is not a PNG fails here)."""
-    header = path.read_bytes()[:24]
-    assert header[:8] == b"\x89PNG\r\n\x1a\n" and header[12:16] == b"IHDR", path
-    return int.from_bytes(header[16:20], "big"), int.from_bytes(header[20:24], "big")
-
-
-def test_quickstart_runs_offline_on_the_bundled_models(tmp_path):
-    result = run_launcher(["quickstart"], tmp_path)
-    assert result.returncode == 0, result.stderr
-    lines = result.stdout.splitlines()
-    # The picture, in the working directory: a PNG wider than tall (a heatmap per layer, side by side), nothing else.
-    assert "wrote these tables as a picture, a heatmap per layer: quickstart-bae.png" in lines
-    assert [path.name for path in tmp_path.iterdir()] == ["quickstart-bae.png"]
-    width, height = png_size(tmp_path / "quickstart-bae.png")
-    assert width > 2 * height > 0
-    assert "cosine similarity, layer 0 (context-free character CNN):" in lines
-    tables = printed_similarity_tables(lines)
-    # Layer 0 reads the unit alone: 배 gets one vector in all six sentences.
-    assert set(tables[0].flatten().tolist()) == {1.0}
-    # The verdict is that of the printed tables: at the layer with the widest margin (the least similar pair of
-    # one sense minus the most similar pair across senses), "tells apart" exactly where that margin is above 0.
-    start = lines.index("the unit 배 in:") + 1
-    senses = [line.split("  (")[1].split(":")[0] for line in lines[start : start + 6]]
-    assert sorted(set(senses)) == ["belly", "boat", "pear"]
-    same = [(i, j) for i in range(6) for j in range(i + 1, 6) if senses[i] == senses[j]]
-    across = [(i, j) for i in range(6) for j in range(i + 1, 6) if senses[i] != senses[j]]
-    margins = {
-        number: min(table[pair] for pair in same) - max(table[pair] for pair in across)
-        for number, table in tables.items()
-        if number
-    }
-    best = max(margins, key=margins.get)
-    assert f"The layer that separates the senses best here is layer {best}." in lines
-    verdict = lines[lines.index(f"The layer that separates the senses best here is layer {best}.") + 1]
-    assert verdict.startswith("There each sense's pair is nearer" if margins[best] > 0 else "Even there it does not")
-    for review, label in REVIEWS.items():
-        assert any(line.split()[:1] == [label] and line.endswith(review) for line in lines), review
-
-
-def test_quickstart_picture_has_a_heatmap_per_layer_labelled_by_sense(bilm, tokenizer):
-    pytest.importorskip("matplotlib", reason="the picture needs the plot extra")
-    vectors = torch.nn.functional.normalize(quickstart.homonym_vectors(bilm, tokenizer), dim=-1)
-    similarities = vectors @ vectors.transpose(1, 2)
-    _, _, title = quickstart.verdict(similarities)
-    figure = quickstart.similarity_figure(similarities, title)
-    heatmaps = [axes for axes in figure.axes if axes.images]
-    assert len(heatmaps) == bilm.config.n_layers + 1
-    labels = [f"[{index}] {sense}" for index, (_, sense) in enumerate(quickstart.SENTENCES)]
-    for number, axes in enumerate(heatmaps):
-        np.testing.assert_array_equal(axes.images[0].get_array(), similarities[number].numpy())
-        assert [label.get_text() for label in axes.get_xticklabels()] == labels
-        assert [label.get_text() for label in axes.get_yticklabels()] == labels
-        assert axes.get_title().startswith(f"layer {number} ")
-    assert figure.get_suptitle().endswith(f"\n{title}")
-    # No Hangul in the picture: a machine without a Hangul font would draw boxes.
-    texts = [figure.get_suptitle(), *(text.get_text() for axes in figure.axes for text in axes.texts)]
-    assert not any("\uac00" <= character <= "\ud7a3" for text in texts for character in text)
-
-
-def test_quickstart_without_matplotlib_prints_the_tables_and_how_to_get_the_picture(tmp_path, monkeypatch, capsys):
-    monkeypatch.setitem(sys.modules, "matplotlib.figure", None)  # `from matplotlib.figure import ...` fails
-    quickstart.run(tmp_path / "picture.png")
-    lines = capsys.readouterr().out.splitlines()
-    assert sorted(printed_similarity_tables(lines)) == list(range(3))
-    assert (
-        f"for these tables as a picture ({tmp_path / 'picture.png'}), install matplotlib: pip install "
-        in "\n".join(lines)
-    )
-    assert not list(tmp_path.iterdir())

@@ -1248,8 +1248,8 @@ def test_homonym_senses_compare_gives_the_difference_of_the_two_models_scores(ba
 
 
 def test_sense_counts_count_a_sense_by_its_cues_alone(tmp_path):
-    """An occurrence of the noun counts for the one sense whose cue stands near it, as "several" beside cues of two
-    senses, "no cue" beside none, and apart after a number (두 배, twice); 배우 (actor), another word, not at all."""
+    """An occurrence of the noun counts for the one sense whose cue stands near it (a number before it for 배, times),
+    as "several" beside cues of two senses, "no cue" beside none; 배우 (actor), another word, not at all."""
     pytest.importorskip("kiwipiepy", reason="sense_counts.py reads morphemes (the korean extra)")
     sense_counts = import_nsmc_example("sense_counts")
     cues = sense_counts.read_cues(sense_counts.CUES)
@@ -1259,12 +1259,12 @@ def test_sense_counts_count_a_sense_by_its_cues_alone(tmp_path):
         "과일 가게에서 배를 샀다",  # pear
         "배가 고파서 배를 깎아 먹었다",  # belly, then several
         "그 배우는 연기를 잘한다",  # 배우, another word
-        "가격이 두 배로 올랐다",  # the bound noun
+        "가격이 두 배로 올랐다",  # times
         "배를 보았다",  # no cue
     ]
     counts = sense_counts.count_senses(lines, cues)
     # 배 of 배가 고파서 stands beside 고프 alone; 배 of 배를 깎아, beside 깎 and, four morphemes back, 고프.
-    assert counts["배"] == {"belly": 2, "boat": 1, "pear": 1, "several": 1, "after a number": 1, "no cue": 1}
+    assert counts["배"] == {"belly": 2, "boat": 1, "pear": 1, "several": 1, "times": 1, "no cue": 1}
     path = tmp_path / "text.txt"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     written = tmp_path / "counts.json"

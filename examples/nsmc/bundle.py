@@ -14,7 +14,8 @@ sentence vectors) are those of `--model`, or the words of `--count-text` counted
 The sentence-transformers settings (`sentence_bert_config.json`) are those of `--model`, or, with
 `--sentence-reference-text`, the stored model's: the layer weights and SIF `a` given, and the mean and first
 `--sentence-directions` principal directions of that text's sentence vectors (all-but-the-top, taken out of every
-vector; `sentence_weighting.reference_directions`).
+vector; `sentence_weighting.reference_directions`). The sense counts the quickstart quotes (`sense_counts.json`,
+written by `sense_counts.py` over the biLM's training text) are `--sense-counts`' or those of `--model`.
 The stored model is checked against the float32 original: on `--check-text` lines, the cosine similarity of every
 layer's vectors; on `--check-csv`, the classifier's accuracy both ways. The folder is written beside its final place
 and renamed, so it is complete or absent.
@@ -33,6 +34,7 @@ import hf_elmo
 from hf_elmo.folder_layout import ENCODER_CONFIG_FILE, SIF_A
 from hf_elmo.loading import load_model_and_tokenizer
 from hf_elmo.model_card import write_model_card
+from hf_elmo.quickstart import SENSE_COUNTS_FILE
 from hf_elmo.sentence_weighting import WordCounts, reference_directions, weighted_encoding
 
 BUNDLED_DIR = Path(hf_elmo.__file__).resolve().parent / "bundled"
@@ -122,6 +124,9 @@ def main(argv: list[str] | None = None) -> dict:
         help="the biLM's pre-training text: word_counts.json from its words (default: the --model folder's, if any)",
     )
     parser.add_argument(
+        "--sense-counts", help=f"sense_counts.py's JSON of the training text, kept as {SENSE_COUNTS_FILE}"
+    )
+    parser.add_argument(
         "--sentence-reference-text",
         nargs="+",
         help="text files, one sentence per line: the reference statistics of the vectors",
@@ -165,6 +170,9 @@ def main(argv: list[str] | None = None) -> dict:
             (folder / ENCODER_CONFIG_FILE).write_text(json.dumps(settings, indent=2) + "\n", encoding="utf-8")
         elif (Path(args.model) / ENCODER_CONFIG_FILE).is_file():
             shutil.copyfile(Path(args.model) / ENCODER_CONFIG_FILE, folder / ENCODER_CONFIG_FILE)
+        sense_counts = Path(args.sense_counts) if args.sense_counts else Path(args.model) / SENSE_COUNTS_FILE
+        if sense_counts.is_file():
+            shutil.copyfile(sense_counts, folder / SENSE_COUNTS_FILE)
         for code_file in folder.glob("*.py"):
             code_file.unlink()
         for name in ("config.json", "tokenizer_config.json"):
