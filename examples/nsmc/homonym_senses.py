@@ -10,14 +10,14 @@ sentence gives one vector per layer: the target word's, the mean of its position
 `tokenization_elmo.pool_to_words` (one position for a word without punctuation under the whitespace pre-tokenizers,
 found through the units' offsets; its morphemes under `korean_morphemes`, found through the batch's `word_ids()`).
 
-The score of a sentence is whether its nearest neighbour by cosine, among the other sentences of the same homonym,
-has its sense. **Ties**: every neighbour within `TIE` (1e-6) of the best cosine is a nearest neighbour, and the
-sentence scores the share of them with its sense, the expected score of breaking the tie at random. **Chance** is the
-expected score of a random neighbour: `(n_sense - 1) / (n_homonym - 1)` for a sentence of a sense with `n_sense` of
-its homonym's `n_homonym` sentences. A layer that gives the target one vector in every sentence (the context-free
+The score of a sentence is whether its nearest neighbour by cosine, among the other sentences of the same homonym, has
+its sense. **Ties**: every neighbour within `hf_elmo.quickstart.TIE` (1e-6) of the best cosine is a nearest neighbour,
+and the sentence scores the share of them with its sense, the expected score of breaking the tie at random. **Chance**
+is the expected score of a random neighbour: `(n_sense - 1) / (n_homonym - 1)` for a sentence of a sense with `n_sense`
+of its homonym's `n_homonym` sentences. A layer that gives the target one vector in every sentence (the context-free
 character CNN, layer 0, on identical words) ties all neighbours, so it scores exactly chance by construction. Each
-homonym's sentences are encoded in one batch. Prints the accuracies (averaged over all sentences, then per homonym)
-as markdown tables; `main` returns them.
+homonym's sentences are encoded in one batch. Prints the accuracies (averaged over all sentences, then per homonym) as
+markdown tables; `main` returns them.
 
 `--compare A B` scores two biLMs on the same sentences and prints B's mean score minus A's, at each one's best
 contextual layer (chosen on the whole test, as the single-model table reports it) and at each layer both have, with
@@ -28,7 +28,6 @@ import argparse
 import bisect
 import csv
 import re
-from collections import Counter
 from pathlib import Path
 
 import torch
@@ -36,10 +35,10 @@ from transformers.utils import logging
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.loading import load_model_and_tokenizer
+from hf_elmo.quickstart import chance_scores, nearest_sense_scores
 from hf_elmo.tokenization_elmo import pool_to_words
 
 DATA = Path(__file__).resolve().parent / "homonyms.tsv"
-TIE = 1e-6
 COLUMNS = ["homonym", "sense", "target", "sentence"]
 
 
@@ -101,19 +100,10 @@ def target_vectors(model: ElmoModel, tokenizer: ElmoTokenizer, sentences: list[s
 
 
 def nearest_neighbour_scores(vectors: torch.Tensor, senses: list[str]) -> torch.Tensor:
-    """Each sentence's leave-one-out 1-nearest-neighbour score by cosine (ties: the share of tied neighbours)."""
+    """Each sentence's leave-one-out 1-nearest-neighbour score by cosine (ties: the share of tied neighbours), as the
+    quickstart scores its sentences (`hf_elmo.quickstart.nearest_sense_scores`)."""
     unit = torch.nn.functional.normalize(vectors.double(), dim=-1)
-    cosine = unit @ unit.T
-    cosine.fill_diagonal_(-float("inf"))
-    nearest = cosine >= cosine.max(dim=-1, keepdim=True).values - TIE
-    same = torch.tensor([[a == b for b in senses] for a in senses])
-    return (nearest & same).sum(-1).double() / nearest.sum(-1).double()
-
-
-def chance_scores(senses: list[str]) -> torch.Tensor:
-    """Each sentence's expected score with a random neighbour among the other sentences of its homonym."""
-    counts = Counter(senses)
-    return torch.tensor([(counts[sense] - 1) / (len(senses) - 1) for sense in senses], dtype=torch.float64)
+    return nearest_sense_scores(unit @ unit.T, senses)
 
 
 def sentence_scores(model: ElmoModel, tokenizer: ElmoTokenizer, groups: dict[str, list[dict]]) -> dict:
