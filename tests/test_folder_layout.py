@@ -1,4 +1,7 @@
-"""The sentence-transformers files of saved folders: written by a biLM's save_pretrained, not by a head's."""
+"""
+What saved folders hold beside transformers' files: the extras each class names (`folder_extras`), written by the one
+`save_pretrained`; the sentence-transformers files of a biLM's folder, not of a head's.
+"""
 
 import json
 from pathlib import Path
@@ -7,7 +10,8 @@ import pytest
 from utils import tiny_config
 
 from hf_elmo import ElmoForPreTraining, ElmoForSequenceClassification, ElmoModel, bundled_model_path
-from hf_elmo.folder_layout import ENCODER_CONFIG_FILE, SENTENCE_TRANSFORMERS_FILES
+from hf_elmo.folder_layout import ENCODER_CONFIG_FILE, SENTENCE_TRANSFORMERS_FILES, FolderExtra
+from hf_elmo.modeling_elmo import AUTO_CLASSES, ElmoPreTrainedModel
 
 
 def written_files(folder: Path) -> dict[str, object]:
@@ -50,3 +54,21 @@ def test_the_bundled_bilm_carries_the_files_with_its_own_sentence_settings():
     assert len(settings["common_component"]) > 1
     assert all(len(direction) == hidden_size for direction in settings["common_component"])
     assert written_files(Path(bundled_model_path("ko-nsmc-sentiment"))) == {}
+
+
+def test_one_save_pretrained_writes_the_extras_each_class_names(tmp_path):
+    """A class's `folder_extras` set their config fields before the config is saved and write their files after, in
+    the main process alone; no ELMo class overrides `save_pretrained` but their base."""
+    written = []
+    extra = FolderExtra(lambda folder: written.append(Path(folder)), {"extra_field": 3})
+
+    class ElmoWithAnExtra(ElmoForSequenceClassification):
+        folder_extras = (extra,)
+
+    ElmoWithAnExtra(tiny_config(num_labels=2)).save_pretrained(tmp_path / "main")
+    assert written == [tmp_path / "main"]
+    assert json.loads((tmp_path / "main" / "config.json").read_text())["extra_field"] == 3
+    ElmoWithAnExtra(tiny_config(num_labels=2)).save_pretrained(tmp_path / "other", is_main_process=False)
+    assert written == [tmp_path / "main"]
+    assert [model.__name__ for model in AUTO_CLASSES.values() if "save_pretrained" in vars(model)] == []
+    assert "save_pretrained" in vars(ElmoPreTrainedModel)

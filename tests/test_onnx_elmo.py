@@ -1,6 +1,7 @@
 """ONNX export: tiny models exported once, run by ONNX Runtime on batches and sentence lengths the export never saw,
 compared with PyTorch on every output; the export-friendly formulation compared with the model itself; bad input."""
 
+import inspect
 import json
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from utils import FLOAT32_TOLERANCE, min_cosine, tiny_config, word_vocab_tokeniz
 
 from hf_elmo import (
     ElmoForPreTraining,
+    ElmoForQuestionAnswering,
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoModel,
@@ -234,6 +236,33 @@ def test_the_folder_architecture_picks_the_graph(tmp_path, model_class, exported
     forward, tokenizer = load_for_export(tmp_path)
     assert type(forward.model) is exported_class and forward.output_names == output_names
     assert tokenizer.max_characters_per_token == 20  # a folder without tokenizer files: the config's width
+
+
+@pytest.mark.parametrize(
+    "model_class, overrides, input_names",
+    [
+        (ElmoModel, {}, ["input_ids", "attention_mask"]),
+        (
+            ElmoForSequenceClassification,
+            {"pair_classification": True},
+            ["input_ids", "attention_mask", "token_type_ids"],
+        ),
+        (
+            ElmoForQuestionAnswering,
+            {"word_vector_dim": 2, "word_vector_vocab_size": 5},
+            ["input_ids", "attention_mask", "word_vector_ids", "token_type_ids"],
+        ),
+    ],
+)
+def test_the_wrapper_takes_exactly_the_inputs_the_model_declares(model_class, overrides, input_names):
+    """`ElmoForOnnx.forward`'s signature, which `torch.export` binds the graph's inputs by, is the model's
+    `graph_input_names` (its classes' `graph_inputs` that its config reads), and its outputs its `graph_outputs`."""
+    model = model_class(tiny_config(**overrides))
+    forward = ElmoForOnnx(model)
+    assert list(inspect.signature(forward.forward).parameters) == model.graph_input_names == input_names
+    assert forward.output_names == list(model_class.graph_outputs)
+    with pytest.raises(TypeError, match="missing a required argument: 'attention_mask'"):
+        forward(torch.zeros(1, 2, 20, dtype=torch.long))
 
 
 # -- bad input --------------------------------------------------------------------------------------------------------
