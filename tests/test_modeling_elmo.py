@@ -8,7 +8,17 @@ import h5py
 import numpy as np
 import pytest
 import torch
-from utils import FLOAT32_TOLERANCE, min_cosine, tiny_config
+from utils import (
+    FLOAT32_TOLERANCE,
+    assert_clips_reached,
+    assert_outputs_match,
+    min_cosine,
+    model_reaching_the_clips,
+    random_batch,
+    random_state,
+    run_on_path,
+    tiny_config,
+)
 
 from hf_elmo import (
     ElmoForPreTraining,
@@ -17,6 +27,7 @@ from hf_elmo import (
     ElmoModel,
     ElmoTokenizer,
     bundled_model_path,
+    kernels_elmo,
 )
 from hf_elmo.modeling_elmo import reverse_valid_steps
 
@@ -40,26 +51,51 @@ def max_diff_to_reference(fixture_dir, top_layer, batch, i) -> float:
     )
 
 
-def test_parity_with_tensorflow_with_state_carried(fixture_dir, fixture_model, fixture_sentences):
+# The TensorFlow parity runs on every path `choose_path` names on a CPU (`kernels_elmo.PATHS`): the reference code, the
+# inference and training kernels, and the code the exported and compiled graphs trace.
+@pytest.mark.parametrize("path", kernels_elmo.PATHS)
+def test_parity_with_tensorflow_with_state_carried(fixture_dir, fixture_model, fixture_sentences, path, monkeypatch):
     tokenizer = ElmoTokenizer()
     state, worst = None, 0.0
     for i, batch in enumerate(fixture_batches(fixture_sentences)):
         encoded = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
-        with torch.no_grad():
-            output = fixture_model(**encoded, initial_state=state, return_final_state=True)
-        state = output.final_state
-        worst = max(worst, max_diff_to_reference(fixture_dir, output.last_hidden_state, batch, i))
-    print(f"\nparity with bilm-tf, top layer, 30 sentences, state carried: max |diff| = {worst:.2e}")
+        output = run_on_path(fixture_model, path, monkeypatch, **encoded, initial_state=state, return_final_state=True)
+        state = tuple(part.detach() for part in output.final_state)
+        worst = max(worst, max_diff_to_reference(fixture_dir, output.last_hidden_state.detach(), batch, i))
+    print(f"\nparity with bilm-tf on the {path} path, 30 sentences, state carried: max |diff| = {worst:.2e}")
     assert worst <= FLOAT32_TOLERANCE
 
 
-def test_parity_first_batch_without_state(fixture_dir, fixture_model, fixture_sentences):
+@pytest.mark.parametrize("path", kernels_elmo.PATHS)
+def test_parity_first_batch_without_state(fixture_dir, fixture_model, fixture_sentences, path, monkeypatch):
     batch = fixture_batches(fixture_sentences)[0]
     encoded = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt")
-    with torch.no_grad():
-        top = fixture_model(**encoded).last_hidden_state
+    top = run_on_path(fixture_model, path, monkeypatch, **encoded).last_hidden_state.detach()
     worst = max_diff_to_reference(fixture_dir, top, batch, 0)
-    print(f"\nparity with bilm-tf, batch 0 without state: max |diff| = {worst:.2e}")
+    print(f"\nparity with bilm-tf on the {path} path, batch 0 without state: max |diff| = {worst:.2e}")
+    assert worst <= FLOAT32_TOLERANCE
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("tracer", ["export", "compile"])
+def test_parity_of_the_traced_graphs(fixture_dir, fixture_model, fixture_sentences, tracer):
+    """
+    The graphs themselves of the exported and compiled paths, traced from the fixture checkpoint by `torch.export` and
+    `torch.compile`, on the first batch: the runs above take their code eagerly. The compiled graph runs on
+    `aot_eager` (traced and decomposed as for inductor, which compiling this checkpoint to C++ would take minutes
+    here): inductor's code is compared with eager in `test_kernels_elmo.py`.
+    """
+    batch = fixture_batches(fixture_sentences)[0]
+    encoded = ElmoTokenizer()(batch, is_split_into_words=True, padding=True, return_tensors="pt")
+    inputs = dict(input_ids=encoded["input_ids"], attention_mask=encoded["attention_mask"])
+    if tracer == "export":
+        graph = torch.export.export(fixture_model, (), inputs).module()
+    else:
+        graph = torch.compile(fixture_model, backend="aot_eager")
+    with torch.no_grad():
+        top = graph(**inputs).last_hidden_state
+    worst = max_diff_to_reference(fixture_dir, top, batch, 0)
+    print(f"\nparity with bilm-tf, torch.{tracer}'s graph, batch 0 without state: max |diff| = {worst:.2e}")
     assert worst <= FLOAT32_TOLERANCE
 
 
@@ -294,6 +330,25 @@ def test_clipping_bounds_the_outputs():
     with torch.no_grad():
         top = model(**batch).last_hidden_state
     assert top.abs().max() <= 0.05 + 1e-7 and top.abs().max() > 0.04
+
+
+@pytest.mark.parametrize("path", kernels_elmo.PATHS)
+def test_every_path_clips_as_the_reference_does(path, monkeypatch):
+    """
+    On weights whose memories and outputs reach the clips (`model_reaching_the_clips`), every path bounds the final
+    memory by `cell_clip` and the first layer's outputs by `proj_clip`, reaches both, and gives the reference's
+    layers and final state, from a random initial state on a padded batch.
+    """
+    config = tiny_config(cell_clip=1.0, proj_clip=0.5)
+    model = model_reaching_the_clips(config)
+    input_ids, mask = random_batch(config, [9, 4, 1, 9, 2])
+    inputs = dict(input_ids=input_ids, attention_mask=mask, initial_state=random_state(config, 5))
+    output = run_on_path(model, path, monkeypatch, **inputs, return_final_state=True, output_hidden_states=True)
+    memory, outputs = output.final_state[1].detach(), output.hidden_states[1].detach()
+    assert memory.abs().max() <= config.cell_clip and outputs.abs().max() <= config.proj_clip
+    assert_clips_reached(model.bilm.forward_layers[0], memory, outputs)
+    exact = run_on_path(model, "reference", monkeypatch, **inputs, return_final_state=True, output_hidden_states=True)
+    assert_outputs_match(output, exact)
 
 
 def test_bad_input_is_refused(tiny_model, tiny_batch):

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, kernels_elmo
+from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, kernels_elmo, modeling_elmo
 from hf_elmo.modeling_elmo import ElmoBiLm
 from hf_elmo.weight_mapping import parameter_groups
 
@@ -320,6 +320,30 @@ def spy_on_kernels(monkeypatch) -> list[str]:
 
     monkeypatch.setattr(kernels_elmo.Kernels, "get_interface", spy)
     return calls
+
+
+def run_on_path(model, path, monkeypatch, **inputs):
+    """
+    `model(**inputs)` with every choice of the call on `path`, one of `kernels_elmo.PATHS`, taken as on a CPU:
+    "reference" by the config, "exported" and "compiled" by `torch.compiler`'s flags, which `choose_path` reads (the
+    code those graphs trace, run eagerly), "inference" without autograd, "training" with it. Asserts that
+    `choose_path` named `path` for each computation of the call (under autograd, one with nothing that needs a
+    gradient, as the check of the mask, is on "inference").
+    """
+    named, choose_path = [], modeling_elmo.choose_path
+    with monkeypatch.context() as patch:
+        patch.setattr(modeling_elmo, "choose_path", lambda *args: named.append(choose_path(*args)) or named[-1])
+        patch.setattr(model.config, "recurrence_implementation", "reference" if path == "reference" else "auto")
+        patch.setattr(torch.compiler, "is_exporting", lambda: path == "exported")
+        patch.setattr(torch.compiler, "is_compiling", lambda: path in ("exported", "compiled"))
+        if path == "exported":
+            # Run eagerly, the scan compiles its step; a step compiled before for other clip values would make the
+            # clips symbolic floats, which the scan refuses (a traced export compiles nothing: it is not affected).
+            torch.compiler.reset()
+        with torch.set_grad_enabled(path == "training"):
+            output = model(**inputs)
+    assert path in named and set(named) <= {path, "inference" if path == "training" else path}, named
+    return output
 
 
 def run_model(model, input_ids, mask, fast, monkeypatch, initial_state=None):
