@@ -273,7 +273,11 @@ def step_products(
 def step_library(
     module: nn.Module, kernel: torch.Tensor, rows: int, quantizable: bool, compute_dtype: torch.dtype | None
 ) -> str:
-    """The library of [`step_products`] for `rows` rows."""
+    """
+    The library of [`step_products`] for `rows` rows. An internal of the CPU kernels, not a second chooser of paths:
+    `kernels_elmo.choose_path` has chosen the kernel, and this picks how that kernel multiplies on this machine (a
+    kernel registered for another device in `kernels_elmo` takes its own products and never asks).
+    """
     if compute_dtype is not None and kernel.dtype == torch.float32:
         if kernel.device.type == "cpu" and compute_dtype in CANDIDATES:
             return fastest_library(*kernel.shape, row_bucket(rows), compute_dtype)
