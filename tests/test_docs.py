@@ -33,7 +33,6 @@ after the language (where a comment line does not fit, as in README.md):
 - `continues the block above`: the Python block above in the same file runs first, in the same namespace.
 """
 
-import json
 import re
 import runpy
 import shlex
@@ -333,7 +332,8 @@ def test_the_readme_use_block_gives_the_layers_it_describes(workdir):
 def test_the_readme_fine_tuning_block_trains_on_a_csv_of_label_names(workdir):
     """The README's Fine-tuning block as written, on a CSV file whose labels are names: `load_dataset` reads them as
     strings, the cast makes them the class ids of a `ClassLabel`, the model's `id2label` is its names, and the
-    `Trainer` runs its steps (3 epochs of one batch) to a checkpoint."""
+    `Trainer` runs its steps (3 epochs of one batch), logs a loss from the first step, and leaves the trained model
+    with its tokenizer in the output folder, which loads, and no checkpoint beside it."""
     from datasets import load_dataset
 
     assert load_dataset("csv", data_files="train.csv")["train"].features["label"].dtype == "large_string"
@@ -343,5 +343,12 @@ def test_the_readme_fine_tuning_block_trains_on_a_csv_of_label_names(workdir):
     assert train.features["label"].names == ["negative", "positive"]
     assert list(train["label"]) == [["negative", "positive"].index(label) for label in SENTIMENTS * 2]
     assert model.config.id2label == {0: "negative", 1: "positive"}
-    state = json.loads((workdir / "outputs/my-classifier/checkpoint-3/trainer_state.json").read_text())
-    assert state["global_step"] == 3
+    trainer = namespace["trainer"]
+    assert trainer.state.global_step == 3 and "loss" in trainer.state.log_history[0]
+    folder = workdir / "outputs/my-classifier"
+    assert not list(folder.glob("checkpoint-*"))
+    reloaded = ElmoForSequenceClassification.from_pretrained(folder)
+    assert reloaded.config.id2label == {0: "negative", 1: "positive"}
+    for name, parameter in model.state_dict().items():
+        assert torch.equal(reloaded.state_dict()[name], parameter), name
+    assert ElmoTokenizer.from_pretrained(folder).pre_tokenizer == namespace["tokenizer"].pre_tokenizer
