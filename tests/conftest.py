@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import FIXTURE_DIR, converted_tiny_model, has_fixture, tiny_config
+from utils import FIXTURE_DIR, converted_tiny_model, has_fixture, running_in_ci, tiny_config
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 
@@ -30,7 +30,7 @@ def fixture_dir() -> Path:
     Skipped where it is absent, except in CI (`CI=true`), where the parity tests must run: there it fails."""
     if not has_fixture():
         message = f"the original test checkpoint is not at {FIXTURE_DIR} (../shared beside the project)"
-        if os.environ.get("CI", "").lower() in ("true", "1"):
+        if running_in_ci():
             pytest.fail(f"CI=true and {message}", pytrace=False)
         pytest.skip(message)
     return FIXTURE_DIR

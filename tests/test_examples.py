@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoModelForSequenceClassification, AutoModelForTokenClassification, AutoTokenizer, pipeline
-from utils import FLOAT32_TOLERANCE, tiny_config, word_vocab_tokenizer, write_original_checkpoint
+from utils import FLOAT32_TOLERANCE, require, tiny_config, word_vocab_tokenizer, write_original_checkpoint
 
 from hf_elmo import ElmoForPreTraining, ElmoModel, ElmoTokenizer
 from hf_elmo.folder_layout import SIF_A
@@ -24,9 +24,9 @@ from hf_elmo.folders import lock_output
 from hf_elmo.loading import read_weights_with_prefix
 from hf_elmo.modeling_elmo import word_vectors_from_softmax
 
-pytest.importorskip("datasets")
-pytest.importorskip("seqeval")
-pytest.importorskip("accelerate")
+require("datasets")
+require("seqeval")
+require("accelerate")
 ROOT = Path(__file__).resolve().parents[1]
 POSITIVE, NEGATIVE = ["good", "great", "fine", "nice"], ["bad", "awful", "poor", "sad"]
 UNSEEN = ["never", "written"]  # words of a word vocabulary that `write_sentences` never writes

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import tomllib
 import torch
-from utils import FLOAT32_TOLERANCE, read_hdf5, reference_layers, tiny_config
+from utils import FLOAT32_TOLERANCE, read_hdf5, reference_layers, require, tiny_config
 
 from hf_elmo import ElmoForTokenClassification, ElmoModel, ElmoTokenizer
 from hf_elmo.cli import main as cli_main
@@ -20,7 +20,7 @@ from hf_elmo.korean_morphemes import KoreanMorphemes, installed_versions
 from hf_elmo.pretraining import main as pretraining_main
 from hf_elmo.tokenization_elmo import pool_to_words
 
-pytest.importorskip("kiwipiepy", reason="the Korean tests need the korean extra (kiwipiepy)")
+require("kiwipiepy", reason="the Korean tests need the korean extra (kiwipiepy)")
 
 SENTENCE = "배를 타고 여행을 가다"
 MORPHEMES = ["배", "를", "타", "고", "여행", "을", "가", "다"]

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from utils import FLOAT32_TOLERANCE, min_cosine, tiny_config, word_vocab_tokenizer
+from utils import FLOAT32_TOLERANCE, min_cosine, require, tiny_config, word_vocab_tokenizer
 
 from hf_elmo import (
     ElmoForPreTraining,
@@ -22,8 +22,8 @@ from hf_elmo.alphabet_elmo import learn_character_vocabulary
 from hf_elmo.cli import main
 from hf_elmo.onnx_elmo import ONNX_FILE, ElmoForOnnx, ElmoOnnxSession, export_onnx, load_for_export, quantize_int8
 
-pytest.importorskip("onnxruntime", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
-pytest.importorskip("onnxscript", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
+require("onnxruntime", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
+require("onnxscript", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
 
 # The export traces 2 sentences padded to 5 positions; these batches have other sizes and lengths, and rows of
 # different lengths (one of a single word, one past any length seen).

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 from transformers import EvalPrediction
-from utils import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, tiny_config, torch_threads
+from utils import FLOAT32_TOLERANCE, GRADIENT_TOLERANCE, assert_gradients_match, require, tiny_config, torch_threads
 
 from hf_elmo import (
     ElmoForSequenceClassification,
@@ -439,7 +439,7 @@ MIXED_TEXT = ["배를 타고 여행을 가다.", "w1 w2, w3 (w4) w1", "배가 �
 @pytest.mark.parametrize("pre_tokenizer", ["whitespace_split", "whitespace", "bert", "korean_morphemes"])
 def test_text_split_once_reads_as_the_tokenizer_splits_it(pre_tokenizer, tmp_path):
     if pre_tokenizer == "korean_morphemes":
-        pytest.importorskip("kiwipiepy", reason="korean_morphemes needs the korean extra")
+        require("kiwipiepy", reason="korean_morphemes needs the korean extra")
     (tmp_path / "text.txt").write_text("\n".join(MIXED_TEXT) + "\n\n", encoding="utf-8")
     text = SplitText([tmp_path / "text.txt"], pre_tokenizer)
     vocab = build_word_vocab(text, min_count=2, pre_tokenizer=pre_tokenizer)

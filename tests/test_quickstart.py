@@ -11,11 +11,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from utils import hiding_packages, tiny_config
+from utils import hiding_packages, require, tiny_config
 
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path, quickstart
 
-pytest.importorskip("kiwipiepy", reason="the quickstart reads Korean morphemes (the korean extra)")
+require("kiwipiepy", reason="the quickstart reads Korean morphemes (the korean extra)")
 
 ROOT = Path(__file__).resolve().parents[1]
 # Reviews written for this test (not from NSMC), each clear in its sentiment: the quickstart's own.

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import FLOAT32_TOLERANCE, save_with_word_counts, tiny_config, write_original_checkpoint
+from utils import FLOAT32_TOLERANCE, require, save_with_word_counts, tiny_config, write_original_checkpoint
 
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
 from hf_elmo.alphabet_elmo import learn_character_vocabulary
@@ -17,7 +17,7 @@ from hf_elmo.folder_layout import ENCODER_CLASS, SIF_A
 from hf_elmo.pretraining import main as pretraining_main
 from hf_elmo.sentence_weighting import WORD_COUNTS_FILE, WordCounts, common_component, reference_directions
 
-pytest.importorskip("sentence_transformers")
+require("sentence_transformers")
 from sentence_transformers import SentenceTransformer  # noqa: E402
 from sentence_transformers.util import import_from_string  # noqa: E402
 

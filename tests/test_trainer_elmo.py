@@ -13,7 +13,7 @@ import torch
 from datasets import Dataset
 from trainer_data import ENTITY_LABELS, FILLER, PLACES, entity_dataset, sentence_dataset
 from transformers import DataCollatorForTokenClassification, Trainer, TrainingArguments
-from utils import tiny_config, torch_threads
+from utils import require, tiny_config, torch_threads
 
 from hf_elmo import (
     ElmoForQuestionAnswering,
@@ -23,7 +23,7 @@ from hf_elmo import (
     ElmoTokenizer,
 )
 
-pytest.importorskip("accelerate")
+require("accelerate")
 TESTS_DIR = Path(__file__).resolve().parent
 
 

@@ -18,11 +18,12 @@ from pathlib import Path
 
 import h5py
 import pytest
+from utils import require
 
 import hf_elmo
 
-pytest.importorskip("build", reason="building the wheel needs build, of the test extra")
-pytest.importorskip("twine", reason="checking the artifacts needs twine, of the test extra")
+require("build", reason="building the wheel needs build, of the test extra")
+require("twine", reason="checking the artifacts needs twine, of the test extra")
 
 ROOT = Path(__file__).resolve().parents[1]
 # What the build does not read: environments, caches, outputs, earlier builds.

@@ -4,6 +4,7 @@ Fixtures are in `conftest.py`; import these with `from utils import ...`.
 """
 
 import contextlib
+import importlib
 import json
 import os
 import subprocess
@@ -12,6 +13,7 @@ import textwrap
 from pathlib import Path
 
 import numpy as np
+import pytest
 import torch
 
 from hf_elmo import ElmoConfig, ElmoModel, ElmoTokenizer, kernels_elmo, modeling_elmo
@@ -154,6 +156,26 @@ def load_without_hf_elmo(jobs: list[list[str]], sentences: list, folder: Path, o
     )
     assert result.returncode == 0, result.stderr[-3000:]
     return torch.load(folder / "out.pt")
+
+
+def running_in_ci() -> bool:
+    """`CI=true` (or 1), as CI sets it: there what `.ci/run` installs must be present, and a test missing it fails."""
+    return os.environ.get("CI", "").lower() in ("true", "1")
+
+
+def require(module_name: str, reason: str | None = None):
+    """
+    The module `module_name` imported, for a test (or, at module level, a test module) that needs a package of the
+    test extra: where it does not import, the test is skipped as `pytest.importorskip` skips it, except under CI
+    (`running_in_ci`), where `.ci/run` installed it: there a missing or broken install fails instead of skipping.
+    """
+    if not running_in_ci():
+        return pytest.importorskip(module_name, reason=reason)
+    try:
+        return importlib.import_module(module_name)
+    except ImportError as error:
+        needed = f": {reason}" if reason else ""
+        pytest.fail(f"CI=true and {module_name} does not import ({error}){needed}", pytrace=False)
 
 
 def has_fixture() -> bool:
