@@ -51,6 +51,17 @@ def test_fast_recurrence_matches_reference(config_overrides, lengths, monkeypatc
         assert_clips_reached(model.bilm.forward_layers[0], exact.final_state[1], exact.hidden_states[1])
 
 
+def test_fast_recurrence_of_one_step(monkeypatch):
+    """Inputs of one position (no boundary words): one chunk of gates, of one step."""
+    config = tiny_config(cell_clip=1.0, proj_clip=0.5)
+    model = model_reaching_the_clips(config)
+    input_ids, mask = random_batch(config, [1, 1])
+    for state in (None, random_state(config, 2)):
+        exact = run_model(model, input_ids, mask, False, monkeypatch, state)
+        assert_outputs_match(run_model(model, input_ids, mask, True, monkeypatch, state), exact)
+        assert exact.last_hidden_state.abs().max() > 0
+
+
 @pytest.mark.parametrize("chunk_rows", [1, 3, 7])
 def test_fast_recurrence_in_chunks_of_steps(chunk_rows, monkeypatch):
     """Input gates computed a few steps at a time, including steps with more rows than a chunk holds."""
@@ -72,6 +83,8 @@ def test_fast_recurrence_in_chunks_of_steps(chunk_rows, monkeypatch):
         ([0, 5, 9, 12, 14, 15], 100, [(0, 5)]),
         ([0, 5, 9, 12, 14, 15], 1, [(0, 1), (1, 2), (2, 3), (3, 4), (4, 5)]),
         ([0, 2, 4, 6], 4, [(0, 2), (2, 3)]),
+        ([0, 3], 4, [(0, 1)]),  # one step
+        ([0, 9], 4, [(0, 1)]),  # one step of more rows than a chunk holds
         ([0], 4, []),
     ],
 )
