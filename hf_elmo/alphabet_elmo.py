@@ -114,7 +114,7 @@ class CharacterAlphabet:
         symbols = vocabulary.take("symbols", dict)
         markers = JsonFields(vocabulary.take("markers", dict), path, fix, "markers")
         if unknown := sorted(set(markers.data) - set(MARKER_ROLES)):
-            raise markers.error(f"markers.{unknown[0]} is no marker role (they are {', '.join(MARKER_ROLES)})")
+            raise markers.error(f"{markers.name(unknown[0])} is no marker role (they are {', '.join(MARKER_ROLES)})")
         for role in MARKER_ROLES:
             markers.take(role, int, minimum=0, maximum=len(symbols) - 1)
         ids = JsonFields(symbols, path, fix, "symbols")

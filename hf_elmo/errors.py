@@ -84,14 +84,14 @@ def read_json_file(path, fix: str, max_bytes: int = JSON_FILE_LIMIT):
                 raise FileContentError(
                     f"{path} holds {status.st_size:,} bytes, more than the {max_bytes:,} it may; {fix}"
                 )
-            with os.fdopen(os.dup(descriptor), "rb") as handle:
-                data = handle.read(max_bytes + 1)
+            with os.fdopen(os.dup(descriptor), "rb") as handle:  # read(n) takes n bytes of memory: the file's size
+                data = handle.read(status.st_size + 1)
         finally:
             os.close(descriptor)
     except OSError as error:
         raise FileContentError(f"cannot read {path}: {error.strerror or first_line(error)}") from error
-    if len(data) > max_bytes:  # it grew while read
-        raise FileContentError(f"{path} holds more than the {max_bytes:,} bytes it may; {fix}")
+    if len(data) > status.st_size:
+        raise FileContentError(f"{path} grew while it was read: another process is writing it; read it once written")
     try:
         text = data.decode("utf-8")
     except UnicodeDecodeError as error:
@@ -142,6 +142,9 @@ class JsonFields:
         return FileContentError(f"{self.path}: {problem}; {self.fix}")
 
     def name(self, key: str) -> str:
+        """How a message names the field `key`: its path in the file, a key that is not a plain name quoted as JSON
+        writes it (so that no key, a newline's, breaks the line)."""
+        key = key if key.replace("_", "a").isalnum() and key.isascii() else json_text(key)
         return f"{self.where}.{key}" if self.where else key
 
     def take(self, key: str, kinds, *, minimum=None, maximum=None, required: bool = True, default=None):

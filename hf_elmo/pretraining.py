@@ -475,7 +475,7 @@ def read_trainer_state(path: Path) -> dict | None:
         raise
     state = JsonFields(data, path, fix)
     if unknown := sorted(set(data) - {field.name for field in fields(TrainerState)}):
-        raise state.error(f"{unknown[0]} is no field of a Trainer state")
+        raise state.error(f"{state.name(unknown[0])} is no field of a Trainer state")
     for name in ("global_step", "max_steps"):
         state.take(name, int, minimum=0)
     state.take("num_train_epochs", float, minimum=0)
@@ -494,13 +494,14 @@ def read_trainer_state(path: Path) -> dict | None:
     state.take("trial_params", (dict, type(None)), required=False)
     for index, entry in enumerate(state.take("log_history", list, required=False, default=[])):
         JsonFields(entry, path, fix, f"log_history[{index}]").take("step", int, minimum=0, required=False)
-    callbacks = state.take("stateful_callbacks", (dict, type(None)), required=False) or {}
+    callbacks = JsonFields(
+        state.take("stateful_callbacks", (dict, type(None)), required=False) or {}, path, fix, "stateful_callbacks"
+    )
     control_fields = {field.name for field in fields(TrainerControl)}
-    for name, saved in callbacks.items():  # each callback's state: `args` of its constructor, `attributes` set
+    for name, saved in callbacks.data.items():  # each callback's state: `args` of its constructor, `attributes` set
         for index, entry in enumerate(saved if isinstance(saved, list) else [saved]):
-            callback = JsonFields(
-                entry, path, fix, f"stateful_callbacks.{name}" + (f"[{index}]" * isinstance(saved, list))
-            )
+            where = callbacks.name(name) + (f"[{index}]" if isinstance(saved, list) else "")
+            callback = JsonFields(entry, path, fix, where)
             arguments = callback.take("args", dict, required=False, default={})
             callback.take("attributes", dict, required=False)
             if name == TrainerControl.__name__:
