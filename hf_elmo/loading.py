@@ -212,7 +212,8 @@ def read_weights_with_prefix(name: str | os.PathLike, prefix: str, *, hub: bool 
     The weights of the model `name` (`resolve_model_name(name, hub)`) whose names start with `prefix`, read from its
     safetensors files without building a model: `read_weights_with_prefix(folder, "softmax.")` is the pre-training
     softmax of a folder `hf-elmo pretrain` saved (see `modeling_elmo.word_vectors_from_softmax`), empty for a
-    biLM-only folder. A file that cannot be read is a one-line `ValueError`.
+    biLM-only folder. A file that cannot be read, or is cut short or damaged (`first_damaged_weights`), is a
+    one-line `ValueError`.
     """
     from safetensors import safe_open
 
@@ -222,6 +223,9 @@ def read_weights_with_prefix(name: str | os.PathLike, prefix: str, *, hub: bool 
             from huggingface_hub import snapshot_download
 
             path = snapshot_download(path, allow_patterns=["*.safetensors"])
+            if damaged := first_damaged_weights(Path(path)):  # a local folder's were checked as it was resolved
+                weights, error = damaged
+                raise ValueError(f"{weights.name} {weights_problem(error, 'download it again')}") from error
         weights = {}
         for file in sorted(Path(path).glob("*.safetensors")):
             with safe_open(str(file), framework="pt") as handle:

@@ -230,3 +230,24 @@ def test_weights_that_cannot_be_read_are_named_as_such_not_as_damaged(tmp_path, 
     weights.write_bytes(weights.read_bytes()[:100])
     with pytest.raises(ValueError, match=f"^{weights} is cut short or corrupt \\(.*\\); copy or download the model"):
         load_model(folder)
+
+
+def test_weights_downloaded_cut_short_are_one_line(tmp_path, monkeypatch):
+    """`read_weights_with_prefix` of a Hub id whose downloaded `model.safetensors` is cut short: one line, where
+    safetensors' own error came through. The download is a stand-in for the Hub, which the tests cannot reach."""
+    import huggingface_hub
+
+    from hf_elmo import loading
+
+    folder = tmp_path / "snapshot"
+    ElmoModel(tiny_config()).save_pretrained(folder)
+    weights = folder / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])
+    monkeypatch.setattr(loading, "resolve_model_name", lambda name, hub: name)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", lambda repo_id, allow_patterns: str(folder))
+    with pytest.raises(ValueError) as raised:
+        loading.read_weights_with_prefix("someone/elmo", "softmax.")
+    assert str(raised.value).startswith(
+        "cannot load someone/elmo as an hf_elmo model: model.safetensors is cut short or corrupt ("
+    )
+    assert str(raised.value).endswith("); download it again") and "\n" not in str(raised.value)
