@@ -672,3 +672,40 @@ def test_an_input_without_read_permission_is_one_line_and_nothing_is_written(mod
     assert main(embed_args(model_dir, tmp_path, "out.h5")) == 1
     assert capsys.readouterr().err == f"hf-elmo: error: cannot read {path}: Permission denied\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="command_line.missing_path says 'no such input file' for any input that is no regular file, before embed "
+    "can name it (text_files.unreadable_reason does; the launcher runs command_line without the package)",
+)
+def test_a_named_pipe_as_input_is_named_as_one_without_waiting(model_dir, tmp_path, capsys):
+    """A FIFO given as input was "no such input file": it exists. Opening it would wait for a writer."""
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    capsys.readouterr()
+    assert main(["embed", str(model_dir), str(fifo), str(tmp_path / "out.h5"), "--top"]) == 1
+    assert capsys.readouterr().err == (
+        f"hf-elmo: error: cannot read {fifo}: it is a named pipe (FIFO), not a file, and its lines are read more than "
+        "once: write them to a file first\n"
+    )
+
+
+def test_embed_names_a_named_pipe_as_one_without_waiting(model, tmp_path):
+    """What embed itself says of a FIFO, once the command line lets it through: its one line, unopened."""
+    fifo = tmp_path / "in.fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(CommandError, match=f"^cannot read {fifo}: it is a named pipe \\(FIFO\\), not a file"):
+        embed_file(
+            model,
+            ElmoTokenizer(max_characters_per_token=model.config.max_characters_per_token),
+            fifo,
+            tmp_path / "out.h5",
+            JobProcess(),
+            embed_settings(),
+            identity={},
+            output_format="hdf5",
+            sentence_to_index=True,
+            resume=False,
+        )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.fifo"]
