@@ -126,6 +126,17 @@ def test_hidden_states_count_and_shape(tester, model_class):
 
 
 @pytest.mark.parametrize("model_class", ALL_MODEL_CLASSES)
+def test_each_class_declares_its_description_and_graph_outputs(tester, model_class):
+    """What export and `hf-elmo info` read of a class is declared on it: one line of description, and graph outputs
+    that its output without labels holds, none missing."""
+    assert "description" in vars(model_class) and model_class.description and "\n" not in model_class.description
+    model = tester.create_model(model_class)
+    with torch.no_grad():  # as the export asks for them: the layers where they are an output
+        output = model(**tester.prepare_inputs(model_class=model_class), output_hidden_states=True)
+    assert model_class.graph_outputs and all(output.get(name) is not None for name in model_class.graph_outputs)
+
+
+@pytest.mark.parametrize("model_class", ALL_MODEL_CLASSES)
 def test_hidden_states_follow_the_config(tester, model_class):
     inputs = tester.prepare_inputs(model_class=model_class)
     model = tester.create_model(model_class, output_hidden_states=True)

@@ -16,6 +16,7 @@ from hf_elmo import (
     ElmoForSequenceClassification,
     ElmoForTokenClassification,
     ElmoScalarMix,
+    ElmoTokenizer,
     bundled_model_path,
 )
 from hf_elmo.loading import read_weights_with_prefix
@@ -498,3 +499,37 @@ def test_the_bundled_classifier_loads_its_task_bilstm_unchanged():
     saved = load_file(f"{folder}/model.safetensors")
     for name, value in model.task_encoder.lstm.named_parameters():
         assert torch.equal(value, saved[f"task_encoder.lstm.{name}"]), name
+
+
+# -- what a head declares and takes -----------------------------------------------------------------------------------
+
+
+def test_each_head_names_its_own_settings_after_the_shared_ones():
+    """`head_settings` (what `hf-elmo info` prints of a head): labels first where it predicts them, the mix, word
+    vectors and task BiLSTM every head shares, then its own."""
+    assert make_head(ElmoForSequenceClassification, task_lstm_dim=2).head_settings() == {
+        "labels": "3: LABEL_0, LABEL_1, LABEL_2",
+        "layer mix": "learned (scalar mix)",
+        "task LSTM": "2 per direction",
+        "pooling": "mean",
+    }
+    crf = make_head(ElmoForTokenClassification, use_crf=True, num_labels=2, mix_layer_norm=True)
+    assert list(crf.head_settings().items())[1:] == [
+        ("layer mix", "learned (scalar mix), layer norm"),
+        ("task LSTM", "none"),
+        ("CRF", "yes"),
+    ]
+    settings = make_head(ElmoForQuestionAnswering, question_attention=False).head_settings()
+    assert "labels" not in settings and settings["question"] == "exact match"
+
+
+@pytest.mark.parametrize("cls", [ElmoForSequenceClassification, ElmoForTokenClassification, ElmoForQuestionAnswering])
+def test_a_head_takes_transformers_options_and_refuses_any_other_keyword(cls):
+    model = make_head(cls)
+    batch = ElmoTokenizer(max_characters_per_token=20)([["a", "b"]], is_split_into_words=True, return_tensors="pt")
+    options = {"output_hidden_states": True, "return_dict": False, "inputs_embeds": None, "output_attentions": None}
+    with torch.no_grad():
+        output = model(**batch, **options)
+    assert isinstance(output, tuple) and len(output[-1]) == model.config.num_representation_layers
+    with pytest.raises(TypeError, match=f"^{cls.__name__}.forward\\(\\) got an unexpected keyword argument 'label'$"):
+        model(**batch, label=torch.tensor([0]))
