@@ -36,7 +36,8 @@ def main():
         sys.exit("no hf-elmo beside this Python: pip install -e . first")
     commands = {
         "python -c pass": [sys.executable, "-c", "pass"],
-        # What `import hf_elmo` is made of: its registration with the Auto classes needs the model classes.
+        # What `import hf_elmo` is made of: its registration with the Auto classes (`register_auto_classes`) needs
+        # transformers' config class, which imports torch, and the model classes.
         'python -c "import torch"': [sys.executable, "-c", "import torch"],
         'python -c "from transformers import PretrainedConfig"': [
             sys.executable,
@@ -49,7 +50,7 @@ def main():
             "from transformers import PreTrainedModel",
         ],
         'python -c "import hf_elmo"': [sys.executable, "-c", "import hf_elmo"],
-        # The form torchrun takes imports the package first, as `hf-elmo --help` did before hf_elmo_launcher.
+        # The form torchrun takes: the commands' module is imported before the parser runs.
         "python -m hf_elmo.cli --help": [sys.executable, "-m", "hf_elmo.cli", "--help"],
         "hf-elmo --help": [script, "--help"],
         **{f"hf-elmo {name} --help": [script, name, "--help"] for name in ("embed", "convert", "export", "info")},

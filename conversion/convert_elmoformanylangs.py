@@ -11,7 +11,7 @@ them) and messages. The conversion itself is `hf_elmo.conversion_elmoformanylang
 import sys
 from pathlib import Path
 
-from hf_elmo.command_line import main as hf_elmo_main
+from hf_elmo.cli import main as hf_elmo_main
 
 
 def main(argv=None) -> int:

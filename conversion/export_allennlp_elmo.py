@@ -10,7 +10,7 @@ export itself is `hf_elmo.conversion_original.export_original`.
 import sys
 from pathlib import Path
 
-from hf_elmo.command_line import main as hf_elmo_main
+from hf_elmo.cli import main as hf_elmo_main
 
 
 def main(argv=None) -> int:

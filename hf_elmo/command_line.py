@@ -1,16 +1,16 @@
-"""The `hf-elmo` command line: the console script's `main`, its parser, and the answers that need no model
-(`parse_command`); `hf_elmo.cli.run` runs the parsed command, imported only then. What a model name stands for is
-`hf_elmo.model_names`', as `hf_elmo.loading` reads it.
+"""The `hf-elmo` command line: its parser, and the answers that need no model (`parse_command`); `hf_elmo.cli.main`,
+the console script, runs the parsed command. What a model name stands for is `hf_elmo.model_names`', as
+`hf_elmo.loading` reads it.
 
 `--help`, a subcommand's `--help`, an argument error, a path that does not exist (an input, a model folder,
 `pretrain`'s text files), an output that exists (`embed`'s) or that holds the inputs `--overwrite` would delete
-(`convert`'s, `export`'s) are answered here, before any command's module is imported and before anything is read or
-written, as are the options of `embed` that cannot apply (`usage_error`: a count below 1, `--mix` weights that are not
-numbers, or not one per layer of a local model's `config.json`). They wait for `import hf_elmo` alone, which registers
-ELMo with the Auto classes (seconds: benchmarks/RESULTS.md, "Command start-up"); this module imports nothing from the
-package but `hf_elmo.model_names`. `python -m hf_elmo.cli` (the form `torchrun` and `accelerate launch` take) parses
-with the same `parse_command`. `hf-elmo pretrain` is parsed by transformers' `HfArgumentParser` over
-`TrainingArguments`; only its text files are checked here.
+(`convert`'s, `export`'s) are answered here, before a command's own module (the quickstart's, pre-training's) is
+imported and before anything is read or written, as are the options of `embed` that cannot apply (`usage_error`: a
+count below 1, `--mix` weights that are not numbers, or not one per layer of a local model's `config.json`). They
+wait for `import hf_elmo`, which registers ELMo with the Auto classes (seconds: benchmarks/RESULTS.md, "Command
+start-up"); this module imports nothing from the package but `hf_elmo.model_names`. `hf-elmo` and `python -m
+hf_elmo.cli` (the form `torchrun` and `accelerate launch` take) are the same `hf_elmo.cli.main`. `hf-elmo pretrain`
+is parsed by transformers' `HfArgumentParser` over `TrainingArguments`; only its text files are checked here.
 """
 
 import argparse
@@ -343,19 +343,3 @@ def parse_command(argv=None, prog: str = "hf-elmo") -> tuple[str, argparse.Names
         print(f"{prog}: error: {error}", file=sys.stderr)
         return 2
     return args.command, args
-
-
-def main(argv=None, prog: str = "hf-elmo") -> int:
-    """
-    Runs `hf-elmo ARGV` (the console script): parsed by `parse_command`, run by `hf_elmo.cli.run`, imported only
-    then. The scripts in conversion/ run one subcommand under their own name, `prog`.
-    """
-    parsed = parse_command(argv, prog)
-    if isinstance(parsed, int):
-        return parsed
-    try:
-        from .cli import run
-    except KeyboardInterrupt:  # importing the commands takes seconds: a Ctrl-C often lands here
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
-    return run(*parsed, prog)

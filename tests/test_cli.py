@@ -39,18 +39,18 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_console_script_is_declared():
-    """The console script is the command line's own `main`, the function `conversion/` and `examples/` call."""
+    """The console script is `python -m hf_elmo.cli`'s `main`, the function `conversion/` and `examples/` call."""
     scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
-    assert scripts == {"hf-elmo": "hf_elmo.command_line:main"}
+    assert scripts == {"hf-elmo": "hf_elmo.cli:main"}
     assert not (ROOT / "hf_elmo_launcher.py").exists()
 
 
 # `hf-elmo ARGV` by the console script's function, for each ARGV of the JSON list given, in one process: for each, its
-# lines on stderr and its exit status, then the modules of the package that the answers imported beyond what
-# `import hf_elmo` does (none: no command's module, so no model read and nothing written).
+# lines on stderr and its exit status, then the modules of the package that the answers imported beyond what the
+# console script's does (none: no command's own module, the quickstart's or pre-training's).
 PROBE = textwrap.dedent("""
     import contextlib, io, json, sys
-    from hf_elmo.command_line import main
+    from hf_elmo.cli import main
     before = set(sys.modules)
     answers = []
     for argv in json.loads(sys.argv[1]):
@@ -67,7 +67,7 @@ PROBE = textwrap.dedent("""
 
 def probe(runs: list, cwd: Path) -> list[list[str]]:
     """For each argument list of `runs`, the stderr lines of `hf-elmo ARGV` and its exit status last, all run in one
-    process from `cwd`; asserts that none of them imported a command's module."""
+    process from `cwd`; asserts that none of them imported a command's own module."""
     result = subprocess.run(
         [sys.executable, "-c", PROBE, json.dumps([list(map(str, argv)) for argv in runs])],
         capture_output=True,
@@ -102,7 +102,7 @@ def test_help_and_argument_errors_are_answered_before_any_command_loads(tmp_path
 
 def test_errors_that_need_no_model_are_one_line_before_torch(tmp_path):
     """A missing checkpoint file, a missing text file, an output that exists, a quickstart picture into a folder that
-    does not exist: each is answered in one line before any command's module is imported (`probe`)."""
+    does not exist: each is answered in one line before the command's own module is imported (`probe`)."""
     (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
     (tmp_path / "out.h5").write_bytes(b"written before")
     missing = tmp_path / "missing"
@@ -208,7 +208,7 @@ def test_convert_and_export_overwrite_refuse_an_output_folder_holding_their_inpu
 
 def test_embed_options_that_cannot_apply_are_answered_before_anything_loads(model_dir, tmp_path):
     """A count below 1, or `--mix` weights that are not numbers or not one per layer of a local folder's or a bundled
-    model's config: one line and argparse's status 2, before the command's module is imported and the model loaded."""
+    model's config: one line and argparse's status 2, before the model is loaded."""
     text = tmp_path / "in.txt"
     text.write_text("the cat\n", encoding="utf-8")
     runs = {

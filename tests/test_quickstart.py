@@ -25,8 +25,8 @@ REVIEWS = {
     "시간 낭비, 돈 아깝다": "negative",
     "지루하고 스토리도 엉망이다": "negative",
 }
-# `hf-elmo ARGV` by the console script's function (`hf_elmo.command_line.main`), in a process of its own.
-COMMAND = "import sys; from hf_elmo.command_line import main; sys.exit(main())"
+# `hf-elmo ARGV` by the console script's function (`hf_elmo.cli.main`), in a process of its own.
+COMMAND = "import sys; from hf_elmo.cli import main; sys.exit(main())"
 
 
 @pytest.fixture(scope="module")
@@ -150,7 +150,7 @@ def test_the_sense_counts_are_those_sense_counts_py_wrote_for_the_training_text(
 def test_quickstart_without_kiwipiepy_names_the_extra_at_once(tmp_path):
     """Found, not imported: the line comes before the quickstart's module (and its models) is imported."""
     hide_kiwipiepy = hiding_packages("kiwipiepy") + textwrap.dedent("""
-        from hf_elmo.command_line import main
+        from hf_elmo.cli import main
 
         code = main(["quickstart"])
         print(code, "hf_elmo.quickstart" in sys.modules, file=sys.stderr)

@@ -82,8 +82,8 @@ def test_the_installed_wheel_runs_the_quickstart_embed_and_a_pipeline_outside_th
     bin_folder, env = installed
     where = textwrap.dedent("""
         import sys
-        import hf_elmo, hf_elmo.command_line
-        print(hf_elmo.__file__, hf_elmo.command_line.__file__, sep="\\n")
+        import hf_elmo, hf_elmo.cli
+        print(hf_elmo.__file__, hf_elmo.cli.__file__, sep="\\n")
         print(*(finder.__module__ for finder in sys.meta_path), sep="\\n", file=sys.stderr)
     """)
     found = run([bin_folder / "python", "-c", where], tmp_path, env)
