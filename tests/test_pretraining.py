@@ -306,6 +306,8 @@ def test_sampled_loss_by_hand_leaves_out_negatives_equal_to_the_target(vocab_tok
     """
     vocab_size, num_sampled = vocab_tokenizer.word_vocab_size, 200
     model = tiny_pretraining_model(vocab_size, n_negative_samples=num_sampled).train()
+    with torch.no_grad():
+        model.softmax.bias.normal_()  # initialised to zero, where a bias dropped or of the wrong sign would not show
     drawn, sample_log_uniform = [], modeling_elmo.sample_log_uniform
     monkeypatch.setattr(
         modeling_elmo, "sample_log_uniform", lambda *args: drawn.append(sample_log_uniform(*args)) or drawn[-1]
@@ -354,6 +356,38 @@ def test_rejects_labels_of_the_wrong_shape_or_range(vocab_tokenizer):
         model(**batch, labels=torch.full((1, 4), vocab_tokenizer.word_vocab_size))
     with pytest.raises(ValueError, match="word_vocab_size"):
         ElmoForPreTraining(tiny_config())
+    with pytest.raises(ValueError, match="^labels leave no word to predict$"):
+        model(**batch, labels=torch.full((1, 4), -100))
+
+
+def test_one_word_to_predict_in_each_direction_is_its_loss(vocab_tokenizer):
+    """Labels of one word alone, predicted by the forward LM from `<S>` and by the backward LM from the next word."""
+    model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).eval()
+    batch = vocab_tokenizer(["w0 w3"], return_tensors="pt")
+    word = vocab_tokenizer.word_to_id("w0")
+    output = model(**batch, labels=torch.tensor([[-100, word, -100, -100]]))
+    forward_lp, backward_lp = model.word_log_probs(batch["input_ids"], batch["attention_mask"])
+    torch.testing.assert_close(output.forward_loss, -forward_lp[0, 0, word])
+    torch.testing.assert_close(output.backward_loss, -backward_lp[0, 2, word])
+
+
+def test_negatives_are_drawn_from_the_log_uniform_distribution():
+    """
+    Each id's count among 200,000 draws within four standard errors of `n * P(k)`, `P(k) = log((k + 2) / (k + 1)) /
+    log(V + 1)`, every id in the vocabulary, and the correction `log_expected_counts` equal to `log(n * P(k))`.
+    """
+    vocab_size, draws = 30, 200_000
+    torch.manual_seed(0)
+    ids = modeling_elmo.sample_log_uniform(draws, vocab_size, "cpu")
+    assert ids.min() >= 0 and ids.max() < vocab_size
+    k = torch.arange(vocab_size, dtype=torch.float64)
+    probabilities = torch.log((k + 2) / (k + 1)) / math.log(vocab_size + 1)
+    expected = draws * probabilities
+    counts = torch.bincount(ids, minlength=vocab_size).double()
+    standard_errors = (counts - expected).abs() / (expected * (1 - probabilities)).sqrt()
+    assert (standard_errors <= 4).all(), standard_errors
+    corrections = modeling_elmo.log_expected_counts(k.long(), vocab_size, draws)
+    torch.testing.assert_close(corrections, expected.log().float())
 
 
 # -- the word vocabulary ----------------------------------------------------------------------------------------------
