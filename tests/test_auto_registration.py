@@ -1,10 +1,14 @@
 """Auto classes: `import hf_elmo` registers ELMo; saved folders carry `auto_map` and the code for remote loading."""
 
+import ast
 import json
+from pathlib import Path
 
 import pytest
 import torch
+import transformers
 from transformers import AutoConfig, AutoModel, AutoModelForPreTraining, AutoTokenizer
+from transformers.pipelines import PIPELINE_REGISTRY
 from utils import FLOAT32_TOLERANCE, load_without_hf_elmo, tiny_config, write_original_checkpoint
 
 from hf_elmo import (
@@ -54,6 +58,39 @@ def remote(tmp_path_factory):
     remote = {name: (root / name, models[name], outputs[str(root / name)]) for name in models}
     remote["pipeline"] = outputs["pipeline"]
     return remote
+
+
+PACKAGE = Path(__file__).resolve().parents[1] / "hf_elmo"
+REGISTERING = {"register", "register_for_auto_class", "register_pipeline"}
+
+
+def registering_calls(tree: ast.AST) -> int:
+    """The calls in `tree` of a method that registers with transformers (`REGISTERING`)."""
+    return sum(
+        isinstance(node, ast.Call) and getattr(node.func, "attr", None) in REGISTERING for node in ast.walk(tree)
+    )
+
+
+def test_registration_happens_in_register_auto_classes_alone():
+    """Every registration with transformers is in one function, `register_auto_classes`, which `import hf_elmo` runs
+    (the first `ElmoConfig` made registered the model classes)."""
+    initialiser = ast.parse((PACKAGE / "__init__.py").read_text(encoding="utf-8"))
+    register = next(node for node in initialiser.body if getattr(node, "name", None) == "register_auto_classes")
+    total = sum(registering_calls(ast.parse(path.read_text(encoding="utf-8"))) for path in PACKAGE.rglob("*.py"))
+    assert registering_calls(register) == total >= 6
+    assert initialiser.body[-1].value.func.id == "register_auto_classes"  # the package's last statement
+
+
+def test_making_a_config_registers_nothing(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError("a config registered something with transformers")
+
+    for auto_class in ("AutoConfig", "AutoTokenizer", "AutoModel"):
+        monkeypatch.setattr(getattr(transformers, auto_class), "register", refuse)
+    monkeypatch.setattr(PIPELINE_REGISTRY, "register_pipeline", refuse)
+    monkeypatch.setattr(ElmoConfig, "register_for_auto_class", refuse)
+    ElmoConfig.from_dict(tiny_config().to_dict())
+    ElmoConfig(n_layers=3)
 
 
 def test_import_registers_the_auto_classes(tmp_path, tiny_model, tiny_tokenizer):
