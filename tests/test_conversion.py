@@ -2,6 +2,7 @@ import errno
 import io
 import json
 import os
+import re
 import subprocess
 import sys
 import urllib.request
@@ -118,6 +119,38 @@ def test_export_widens_reduced_precision_to_float32_exactly(dtype, source, tmp_p
     assert reloaded.keys() == widened.keys()
     for name, weight in widened.items():
         np.testing.assert_array_equal(reloaded[name].numpy().view(np.uint32), weight.numpy().view(np.uint32), name)
+
+
+@pytest.mark.parametrize(
+    "overrides, reasons",
+    [
+        (dict(forget_bias=0.0), "a forget-gate bias of 0.0 at run time (bilm-tf adds 1.0)"),
+        (dict(highway_gate="carry"), "highway gates on the carry side"),
+        (dict(word_input_vocab_size=10, word_input_dim=4), "a word-embedding input"),
+        (  # the three filters hold 20 values
+            dict(always_project=True, projection_dim=20, cell_dim=32),
+            "a projection of a token representation that already has projection_dim values",
+        ),
+        (
+            dict(forget_bias=2.0, highway_gate="carry"),
+            "highway gates on the carry side, a forget-gate bias of 2.0 at run time (bilm-tf adds 1.0)",
+        ),
+    ],
+    ids=["forget-bias", "carry-gates", "word-input", "projection-of-projection_dim", "two-reasons"],
+)
+def test_export_refuses_what_bilm_tf_cannot_hold_naming_it_and_writes_nothing(overrides, reasons, tmp_path):
+    model = ElmoModel(tiny_config(**overrides))
+    message = f"^bilm-tf's format cannot hold this model: it has {re.escape(reasons)}$"
+    with pytest.raises(ElmoConversionError, match=message):
+        export_original(model, tmp_path / "exported")
+    assert not (tmp_path / "exported").exists()
+
+
+def test_export_of_a_projection_bilm_tf_also_makes_holds(tmp_path):
+    """`always_project` where the filters' width differs from `projection_dim` is bilm-tf's own projection."""
+    model = ElmoModel(tiny_config(always_project=True))
+    exported = export_original(model, tmp_path / "exported")
+    assert "CNN_proj/W_proj" in read_all(exported / "weights.hdf5")
 
 
 def test_shape_mismatch_names_the_dataset_and_writes_nothing(tmp_path):
