@@ -37,7 +37,9 @@ CLIPPED_CONFIGS = pytest.mark.parametrize(
 
 
 @CLIPPED_CONFIGS
-@pytest.mark.parametrize("lengths", [[7], [9, 4, 1, 9, 2]], ids=["batch1", "padded"])
+@pytest.mark.parametrize(
+    "lengths", [[7], [9, 4, 1, 9, 2], [3, 1, 2, 3, 3, 2, 1, 3]], ids=["batch1", "padded", "more-rows-than-steps"]
+)
 def test_fast_recurrence_matches_reference(config_overrides, lengths, monkeypatch):
     config = tiny_config(**config_overrides)
     model = model_reaching_the_clips(config)
