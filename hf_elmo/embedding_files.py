@@ -122,6 +122,9 @@ class PartsOutput:
     with `joins_rank_zero`.
     """
 
+    # What ends the name of a part: `{first line}.npz` (HDF5) or `{line}.npy`.
+    PART_SUFFIX = ""
+
     def __init__(self, path: Path, identity: dict, resume: bool, joins_rank_zero: bool = False):
         self.path, self.parts = path, path.with_name(path.name + ".parts")
         self.state_file = self.parts / f"{SETTINGS_NAME}.json"
@@ -185,9 +188,6 @@ class PartsOutput:
             self.lock.release()
             self.lock = None
 
-    # What names a part: `{first line}.npz` (HDF5) or `{line}.npy`.
-    PART_SUFFIX = ""
-
     def finished_lines(self) -> set[str]:
         raise NotImplementedError
 
@@ -205,6 +205,8 @@ class Hdf5Output(PartsOutput):
     failed write cannot leave a broken HDF5 file behind (HDF5 files do not survive one).
     """
 
+    PART_SUFFIX = ".npz"
+
     def __init__(self, path: Path, identity: dict, resume: bool, joins_rank_zero: bool = False):
         try:
             import h5py  # noqa: F401
@@ -212,8 +214,6 @@ class Hdf5Output(PartsOutput):
             raise CommandError("HDF5 output needs h5py: pip install h5py (or use --format npy)") from error
         super().__init__(path, identity, resume, joins_rank_zero)
         self.batch = {}
-
-    PART_SUFFIX = ".npz"
 
     def finished_lines(self) -> set[str]:
         finished = set()

@@ -71,9 +71,9 @@ def refuse_link(path: Path, what: str) -> None:
 def create_exclusively(path: Path, what: str = "staging file"):
     """
     The binary file object of a new file `path`, made by this call and open for writing and reading back (as HDF5
-    does): never a file that was
-    there, never one a link names (`O_CREAT | O_EXCL | O_NOFOLLOW`). A file a killed writer left at `path` is removed
-    first (its name alone: a hard link's other names keep their file); a link there is `LinkRefused`.
+    does): never a file that was there, never one a link names (`O_CREAT | O_EXCL | O_NOFOLLOW`). A file a killed
+    writer left at `path` is removed first (its name alone: a hard link's other names keep their file); a link there
+    is `LinkRefused`.
     """
     refuse_link(path, what)
     with contextlib.suppress(FileNotFoundError):
