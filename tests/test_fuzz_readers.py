@@ -367,8 +367,7 @@ def test_a_tokenizer_folder_with_a_damaged_file_loads_or_is_refused_in_one_line(
     reason="configuration_elmo: a crf_constraint that is a list ends in TypeError (unhashable type: 'list')",
 )
 def test_a_crf_constraint_of_another_type_is_one_line():
-    with pytest.raises(ValueError):
-        ElmoConfig.from_dict({**CONFIG, "crf_constraint": []})
+    assert isinstance(result_or_one_line(ElmoConfig.from_dict, {**CONFIG, "crf_constraint": []}), ValueError)
 
 
 @pytest.mark.xfail(
@@ -378,8 +377,7 @@ def test_a_crf_constraint_of_another_type_is_one_line():
 )
 @pytest.mark.parametrize("dtype", ["no_such_dtype", [None, {}]])
 def test_a_dtype_of_no_torch_dtype_is_one_line(dtype):
-    with pytest.raises(ValueError):
-        ElmoConfig.from_dict({**CONFIG, "dtype": dtype})
+    assert isinstance(result_or_one_line(ElmoConfig.from_dict, {**CONFIG, "dtype": dtype}), ValueError)
 
 
 @pytest.mark.xfail(
@@ -388,8 +386,7 @@ def test_a_dtype_of_no_torch_dtype_is_one_line(dtype):
     "('list' object has no attribute 'items')",
 )
 def test_an_id2label_of_another_type_is_one_line():
-    with pytest.raises(ValueError):
-        ElmoConfig.from_dict({**CONFIG, "id2label": [[0]]})
+    assert isinstance(result_or_one_line(ElmoConfig.from_dict, {**CONFIG, "id2label": [[0]]}), ValueError)
 
 
 @pytest.mark.xfail(
@@ -398,8 +395,7 @@ def test_an_id2label_of_another_type_is_one_line():
     "TypeError (argument of type 'bool' is not iterable)",
 )
 def test_architectures_of_another_type_are_one_line():
-    with pytest.raises(ValueError):
-        ElmoConfig.from_dict({**CONFIG, "architectures": True})
+    assert isinstance(result_or_one_line(ElmoConfig.from_dict, {**CONFIG, "architectures": True}), ValueError)
 
 
 @pytest.mark.xfail(
@@ -408,8 +404,9 @@ def test_architectures_of_another_type_are_one_line():
     "TypeError (argument after ** must be a mapping)",
 )
 def test_a_config_file_of_json_that_is_no_object_is_one_line(tmp_path):
-    with pytest.raises(ValueError):
-        ElmoConfig.from_json_file(written(tmp_path, "config.json", b"0"))
+    assert isinstance(
+        result_or_one_line(ElmoConfig.from_json_file, written(tmp_path, "config.json", b"0")), ValueError
+    )
 
 
 @pytest.mark.xfail(
@@ -421,8 +418,7 @@ def test_a_tokenizer_config_of_json_that_is_no_object_is_one_line(tokenizer_file
     for file, content in tokenizer_files.items():
         written(tmp_path, file, content)
     written(tmp_path, "tokenizer_config.json", b"null")
-    with pytest.raises(ValueError):
-        ElmoTokenizer.from_pretrained(tmp_path)
+    assert isinstance(result_or_one_line(ElmoTokenizer.from_pretrained, tmp_path), ValueError)
 
 
 @pytest.mark.xfail(
@@ -442,5 +438,4 @@ def test_a_special_token_of_another_type_is_one_line(tokenizer_files, tmp_path, 
         "tokenizer_config.json",
         json.dumps({**json.loads(tokenizer_files["tokenizer_config.json"]), key: value}).encode(),
     )
-    with pytest.raises(ValueError):
-        ElmoTokenizer.from_pretrained(tmp_path)
+    assert isinstance(result_or_one_line(ElmoTokenizer.from_pretrained, tmp_path), ValueError)
