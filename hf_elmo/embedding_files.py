@@ -128,6 +128,8 @@ class PartsOutput:
     def __init__(self, path: Path, identity: dict, resume: bool, joins_rank_zero: bool = False):
         self.path, self.parts = path, path.with_name(path.name + ".parts")
         self.state_file = self.parts / f"{SETTINGS_NAME}.json"
+        # The file beside OUTPUT that `finish` assembles it in before renaming it (HDF5).
+        self.staging_file = path.with_name(f".{path.name}.partial")
         self.lock = None
         if joins_rank_zero:  # rank > 0: rank 0 has checked and made the folder; this one checks its job is the same
             if not self.state_file.is_file():
@@ -163,10 +165,12 @@ class PartsOutput:
 
     def _lock(self):
         """Takes the lock of OUTPUT; a one-line error where another run holds it, the filesystem cannot lock, or a
-        link stands where the lock file or `OUTPUT.parts/` would be (`folders.LinkRefused`)."""
+        link stands where the lock file, `OUTPUT.parts/` or the staging file would be (`folders.LinkRefused`), before
+        any line is embedded."""
         try:
             self.lock = lock_output(self.path)
             refuse_link(self.parts, "parts folder")
+            refuse_link(self.staging_file, "staging file")
         except ElmoConversionError as error:
             raise CommandError(str(error)) from error
 
@@ -242,8 +246,7 @@ class Hdf5Output(PartsOutput):
                 f"{self.path.parent} has {free:,} bytes free, assembling {self.path} needs about "
                 f"{needed:,}; free some space and rerun with --resume"
             )
-        partial = self.path.with_name(f".{self.path.name}.partial")
-        file = create_exclusively(partial)  # a link found there stays, unfollowed
+        file = create_exclusively(self.staging_file)  # a link found there stays, unfollowed
         try:
             with file, h5py.File(file, "w") as handle:
                 for part in sorted(self.parts.glob("*.npz"), key=lambda p: int(p.stem)):
@@ -253,9 +256,9 @@ class Hdf5Output(PartsOutput):
                 if sentence_to_index is not None:
                     dataset = handle.create_dataset("sentence_to_index", (1,), dtype=h5py.string_dtype())
                     dataset[0] = json.dumps(sentence_to_index)
-            os.replace(partial, self.path)
+            os.replace(self.staging_file, self.path)
         except BaseException:
-            partial.unlink(missing_ok=True)
+            self.staging_file.unlink(missing_ok=True)
             raise
         shutil.rmtree(self.parts)
 

@@ -550,8 +550,8 @@ def embed_args(model_dir: Path, folder: Path, output: str, *options) -> list[str
 def test_a_link_where_embed_makes_its_own_file_is_refused_and_what_it_names_is_unchanged(
     model_dir, tmp_path, capsys, name
 ):
-    """`ln -s mine.txt .out.h5.lock` (or `.out.h5.partial`): the run is refused in one line, the link is not followed
-    and `mine.txt` keeps its bytes; a refused assembly keeps the lines for --resume, which, the link gone, finishes."""
+    """`ln -s mine.txt .out.h5.lock` (or `.out.h5.partial`, where OUTPUT is assembled): the run is refused in one
+    line before any line is embedded, the link is not followed and `mine.txt` keeps its bytes."""
     (tmp_path / "in.txt").write_text("\n".join(corpus(5, seed=3)) + "\n", encoding="utf-8")
     mine = tmp_path / "mine.txt"
     mine.write_bytes(b"the user's own bytes\n")
@@ -559,31 +559,53 @@ def test_a_link_where_embed_makes_its_own_file_is_refused_and_what_it_names_is_u
     link.symlink_to(mine)
     capsys.readouterr()
     assert main(embed_args(model_dir, tmp_path, "out.h5")) == 1
-    error = capsys.readouterr().err.splitlines()[-1]
-    assert f"{link} is a link (to {mine}) where hf_elmo makes its " in error and "Traceback" not in error
-    assert mine.read_bytes() == b"the user's own bytes\n" and link.is_symlink()
-    assert not (tmp_path / "out.h5").exists()
-    if name == ".out.h5.lock":  # refused before anything is written
-        assert error.startswith("hf-elmo: error: ") and not (tmp_path / "out.h5.parts").exists()
-        return
-    assert error.endswith(
-        f"the finished lines are kept in {tmp_path / 'out.h5.parts'}/, rerun with --resume once fixed"
+    what = "lock file" if name.endswith(".lock") else "staging file"
+    assert capsys.readouterr().err == (
+        f"hf-elmo: error: {link} is a link (to {mine}) where hf_elmo makes its {what}; it was not followed and "
+        "nothing was written through it: remove the link and run again\n"
     )
+    assert mine.read_bytes() == b"the user's own bytes\n" and link.is_symlink()
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(["in.txt", "mine.txt", name])
+
+
+def stopped_hdf5_run(model_dir: Path, folder: Path, monkeypatch, make_link: bool = False) -> Path:
+    """The parts folder of an `embed` of 6 lines, 2 a batch, stopped at its assembly as a resumed run finds it: by a
+    link made at `.out.h5.partial` meanwhile (`make_link`, as another process could), or else by a disk that fills
+    then (a stand-in: the assembly raises what a full disk does)."""
+    (folder / "in.txt").write_text("\n".join(corpus(6, seed=8)) + "\n", encoding="utf-8")
+    link, finish = folder / ".out.h5.partial", embedding_files.Hdf5Output.finish
+
+    def stopped(output, *args):
+        if make_link:
+            link.symlink_to(folder / "mine.txt")
+            return finish(output, *args)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    with monkeypatch.context() as patch:
+        patch.setattr(embedding_files.Hdf5Output, "finish", stopped)
+        assert main(embed_args(model_dir, folder, "out.h5", "--batch-size", "2")) == 1
+    return folder / "out.h5.parts"
+
+
+def test_a_link_made_where_embed_assembles_its_output_is_refused_and_the_lines_kept(
+    model_dir, tmp_path, monkeypatch, capsys
+):
+    """A link made at `.out.h5.partial` while the run embeds: the assembly is refused in one line, `mine.txt` keeps
+    its bytes, and the lines are kept for --resume, which, the link gone, finishes."""
+    mine = tmp_path / "mine.txt"
+    mine.write_bytes(b"the user's own bytes\n")
+    capsys.readouterr()
+    parts = stopped_hdf5_run(model_dir, tmp_path, monkeypatch, make_link=True)
+    link = tmp_path / ".out.h5.partial"
+    assert capsys.readouterr().err.splitlines()[-1] == (
+        f"hf-elmo: error: cannot write {tmp_path / 'out.h5'}: {link} is a link (to {mine}) where hf_elmo makes its "
+        "staging file; it was not followed and nothing was written through it: remove the link and run again; the "
+        f"finished lines are kept in {parts}/, rerun with --resume once fixed"
+    )
+    assert mine.read_bytes() == b"the user's own bytes\n" and not (tmp_path / "out.h5").exists()
     link.unlink()
     assert main(embed_args(model_dir, tmp_path, "out.h5", "--resume")) == 0
-    assert len(read_hdf5(tmp_path / "out.h5")) == 6 and mine.read_bytes() == b"the user's own bytes\n"
-
-
-def stopped_hdf5_run(model_dir: Path, folder: Path, capsys) -> Path:
-    """The parts folder of an `embed` of 6 lines, 2 a batch, stopped before its assembly (a link where it would
-    write), as a run resumed later finds it."""
-    (folder / "in.txt").write_text("\n".join(corpus(6, seed=8)) + "\n", encoding="utf-8")
-    link = folder / ".out.h5.partial"
-    link.symlink_to(folder / "elsewhere")
-    assert main(embed_args(model_dir, folder, "out.h5", "--batch-size", "2")) == 1
-    link.unlink()
-    capsys.readouterr()
-    return folder / "out.h5.parts"
+    assert len(read_hdf5(tmp_path / "out.h5")) == 7 and mine.read_bytes() == b"the user's own bytes\n"
 
 
 def pickled_part(path: Path) -> None:
@@ -615,11 +637,12 @@ DAMAGES = {
 
 
 @pytest.mark.parametrize("damage", DAMAGES)
-def test_a_damaged_part_is_embedded_again_before_the_run_goes_on(model_dir, tmp_path, capsys, damage):
+def test_a_damaged_part_is_embedded_again_before_the_run_goes_on(model_dir, tmp_path, monkeypatch, capsys, damage):
     """A part of a stopped run cut in half, holding a pickled object, or with bytes that do not match its checksum or
     header: `--resume` names it in one line, removes it and embeds its lines again, before any other work; the
     output is the one a run that was never stopped writes."""
-    parts = stopped_hdf5_run(model_dir, tmp_path, capsys)
+    parts = stopped_hdf5_run(model_dir, tmp_path, monkeypatch)
+    capsys.readouterr()
     damaged = sorted(parts.glob("*.npz"), key=lambda part: int(part.stem))[1]
     DAMAGES[damage](damaged)
     assert main(embed_args(model_dir, tmp_path, "out.h5", "--resume")) == 0
@@ -649,9 +672,10 @@ def test_a_damaged_npy_part_is_embedded_again(model_dir, tmp_path, monkeypatch, 
         assert np.load(tmp_path / "npy" / f"{index}.npy").dtype == np.float32
 
 
-def test_a_run_state_that_is_not_json_is_one_line(model_dir, tmp_path, capsys):
+def test_a_run_state_that_is_not_json_is_one_line(model_dir, tmp_path, monkeypatch, capsys):
     """`OUTPUT.parts/hf_elmo_embed.json` damaged: `--resume` is refused in one line naming it, changing nothing."""
-    parts = stopped_hdf5_run(model_dir, tmp_path, capsys)
+    parts = stopped_hdf5_run(model_dir, tmp_path, monkeypatch)
+    capsys.readouterr()
     (parts / "hf_elmo_embed.json").write_text('["not", "an object"]')
     before = snapshot(parts)
     assert main(embed_args(model_dir, tmp_path, "out.h5", "--resume")) == 1
