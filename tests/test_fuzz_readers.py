@@ -19,16 +19,20 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
-from hypothesis.extra import numpy as hnp
 from transformers import TrainerControl, TrainerState
+from utils import require, word_vocab_tokenizer
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
 from hf_elmo.alphabet_elmo import CharacterAlphabet, learn_character_vocabulary
 from hf_elmo.embedding_files import _check_identity, check_part
 from hf_elmo.errors import CommandError, FileContentError, read_json_file
 from hf_elmo.pretraining import asks_for_more_steps, read_run_text, read_trainer_state
+
+NEEDS = "the fuzz tests need the test extra's hypothesis"
+hypothesis, st, hnp = (
+    require(name, reason=NEEDS) for name in ("hypothesis", "hypothesis.strategies", "hypothesis.extra.numpy")
+)
+given, settings, HealthCheck = hypothesis.given, hypothesis.settings, hypothesis.HealthCheck
 
 FUZZ = settings(
     max_examples=40,
@@ -322,8 +326,6 @@ def test_a_config_file_cut_or_of_random_bytes_is_refused_in_one_line(data):
 @pytest.fixture(scope="module")
 def tokenizer_files(tmp_path_factory) -> dict[str, bytes]:
     """The JSON files of a tokenizer with a word vocabulary and a learned character vocabulary, by name."""
-    from utils import word_vocab_tokenizer
-
     folder = tmp_path_factory.mktemp("tokenizer")
     learn_character_vocabulary(["ab c"]).save(folder / "chars.json")
     word_vocab_tokenizer(folder, ["a", "b", "c"], char_vocab_file=str(folder / "chars.json")).save_pretrained(
