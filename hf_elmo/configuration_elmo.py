@@ -374,9 +374,9 @@ class ElmoConfig(PreTrainedConfig):
         """
         The parameters these fields make a model hold, computed before any is allocated, by the fields that size them:
         the biLM's (character table and convolutions, highways, word inputs, projection, LSTM layers), and, where the
-        fields are set, a pre-training softmax, a head's word vectors and task BiLSTM. Left aside, as no larger than
-        these: a head's mix and last layers, and the question-answering head's attention and second BiLSTM over the
-        task BiLSTM's width. Their sum is `ElmoModel`'s and `ElmoForPreTraining`'s count.
+        fields are set, a pre-training softmax, a head's word vectors and task BiLSTM. Left aside: a head's mix and
+        last layers, and the question-answering head's attention and second BiLSTM (sized by the same `task_lstm_dim`).
+        Their sum is `ElmoModel`'s and `ElmoForPreTraining`'s count.
         """
         char_dim, cell, projection = self.char_embedding_dim, self.cell_dim, self.projection_dim
         width = self.n_filters + (self.word_input_dim or 0)
