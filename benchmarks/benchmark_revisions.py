@@ -74,9 +74,8 @@ def worker(threads: int, repeats: int) -> dict[str, float]:
 
 
 def baseline_tree(revision: str, folder: Path) -> Path:
-    """The package (and its console script's module) as they were at `revision`, extracted from git into `folder`."""
-    paths = ["hf_elmo", "hf_elmo_launcher.py"]
-    archive = subprocess.run(["git", "archive", revision, *paths], cwd=REPOSITORY, check=True, capture_output=True)
+    """The package as it was at `revision`, extracted from git into `folder` (the worker imports nothing else)."""
+    archive = subprocess.run(["git", "archive", revision, "hf_elmo"], cwd=REPOSITORY, check=True, capture_output=True)
     folder.mkdir(parents=True)
     subprocess.run(["tar", "-x", "-C", str(folder)], input=archive.stdout, check=True)
     return folder

@@ -13,11 +13,10 @@ import torch
 from sentence_transformers.base.modules import InputModule
 
 from .folder_layout import ENCODER_CONFIG_FILE
-from .loading import check_tokenizer
 from .modeling_elmo import ElmoModel
 from .sentence_encoder import ElmoSentenceEmbedder
 from .sentence_weighting import WordCounts
-from .tokenization_elmo import ElmoTokenizer
+from .tokenization_elmo import ElmoTokenizer, check_tokenizer
 
 
 class ElmoSentenceTransformerModule(ElmoSentenceEmbedder, InputModule):
@@ -79,8 +78,8 @@ class ElmoSentenceTransformerModule(ElmoSentenceEmbedder, InputModule):
         has `word_counts.json`) of this installed hf_elmo, never code files from the folder (`trust_remote_code`,
         among the other keywords sentence-transformers passes, is not used). `model_kwargs` and `config_kwargs` go to
         `ElmoModel.from_pretrained`, `processor_kwargs` to `ElmoTokenizer.from_pretrained`. A tokenizer that gives the
-        model other rows than its config reads is refused in one line, as `loading.check_tokenizer` refuses it for
-        every command.
+        model other rows than its config reads is refused in one line, as `tokenization_elmo.check_tokenizer` refuses
+        it for every command.
         """
         if backend != "torch":
             raise ValueError(f"{cls.__name__} runs in PyTorch, not backend={backend!r}: use backend='torch'")

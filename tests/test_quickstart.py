@@ -180,7 +180,7 @@ def test_quickstart_is_a_command_and_examples_quickstart_runs_it_under_its_name(
 
 
 def test_picture_has_a_row_per_homonym_a_heatmap_per_layer_and_boxes_the_verdicts_pairs(bilm, tokenizer, monkeypatch):
-    pytest.importorskip("matplotlib", reason="the picture needs the plot extra")
+    require("matplotlib", reason="the picture needs the plot extra")
     tables = []
     for homonym in quickstart.HOMONYMS:
         similarities = quickstart.similarity_tables(bilm, tokenizer, homonym)
