@@ -766,7 +766,7 @@ def test_the_fine_tuned_card_names_its_base_model_in_base_model_only_when_it_is_
 def test_convert_original_elmo_takes_the_files_it_asks_for_and_keeps_a_folder_that_exists(tmp_path, capsys):
     """Its offline advice ("pass its local path instead") names flags it has; `--help` lists them; without network
     the public URLs are only defaults; an output folder that exists is replaced only with --overwrite."""
-    pytest.importorskip("h5py")
+    require("h5py")
     from hf_elmo.conversion_original import ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL
 
     script = import_example("convert_original_elmo")
@@ -868,7 +868,7 @@ def test_run_token_classification_tags_words_of_korean_morphemes(tmp_path):
     A biLM reading Korean morphemes: the script gives it each sentence's text (given words would stay one position
     each), trains on each word's tag at its first morpheme, and writes one predicted tag per word of the file.
     """
-    pytest.importorskip("kiwipiepy", reason='the Korean tests need the korean extra: pip install "hf_elmo[korean]"')
+    require("kiwipiepy", reason='the Korean tests need the korean extra: pip install "hf_elmo[korean]"')
     torch.manual_seed(0)
     ElmoModel(tiny_config()).save_pretrained(tmp_path / "korean")
     ElmoTokenizer(max_characters_per_token=20, pre_tokenizer="korean_morphemes").save_pretrained(tmp_path / "korean")
@@ -1008,7 +1008,7 @@ def test_prepare_nsmc_splits_by_movie_and_nests_the_training_sizes(tmp_path):
 def test_korsts_eval_scores_hf_elmos_sentence_vectors_for_each_variant(tmp_path):
     """The KorSTS table on a tiny folder with word counts and made-up pairs: a score for each choice of layers, common
     component and word weights, those of the default the Spearman correlation of `sentence_embedding`'s cosines."""
-    pytest.importorskip("sklearn")
+    require("sklearn")
     from scipy.stats import spearmanr
 
     from hf_elmo.pretraining import build_word_vocab
@@ -1085,7 +1085,7 @@ def test_korsts_eval_scores_hf_elmos_sentence_vectors_for_each_variant(tmp_path)
 def test_nsmc_frozen_features_probe(base_model, tmp_path):
     """The probe of a frozen biLM: each layer's mean over a review's words (not its boundaries), then a logistic
     regression with C chosen on validation."""
-    pytest.importorskip("sklearn")
+    require("sklearn")
     sys.path.insert(0, str(ROOT / "examples" / "nsmc"))
     try:
         import frozen_features
@@ -1250,7 +1250,7 @@ def test_homonym_senses_compare_gives_the_difference_of_the_two_models_scores(ba
 def test_sense_counts_count_a_sense_by_its_cues_alone(tmp_path):
     """An occurrence of the noun counts for the one sense whose cue stands near it (a number before it for 배, times),
     as "several" beside cues of two senses, "no cue" beside none; 배우 (actor), another word, not at all."""
-    pytest.importorskip("kiwipiepy", reason="sense_counts.py reads morphemes (the korean extra)")
+    require("kiwipiepy", reason="sense_counts.py reads morphemes (the korean extra)")
     sense_counts = import_nsmc_example("sense_counts")
     cues = sense_counts.read_cues(sense_counts.CUES)
     lines = [
