@@ -243,7 +243,7 @@ def test_pretraining_counts_and_reads_morphemes(tmp_path):
 
 
 def test_sentence_transformers_reads_a_korean_folder(korean_folder, tokenizer, monkeypatch):
-    pytest.importorskip("sentence_transformers")
+    require("sentence_transformers")
     from sentence_transformers import SentenceTransformer
 
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
@@ -257,8 +257,8 @@ def test_sentence_transformers_reads_a_korean_folder(korean_folder, tokenizer, m
 
 @pytest.mark.slow
 def test_onnx_export_carries_the_korean_tokenizer(korean_folder, tmp_path):
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnxscript")
+    require("onnxruntime")
+    require("onnxscript")
     from hf_elmo.onnx_elmo import ElmoOnnxSession, export_onnx
 
     folder, model = korean_folder

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import tiny_config, unreadable, word_vocab_tokenizer
+from utils import require, tiny_config, unreadable, word_vocab_tokenizer
 
 from hf_elmo import (
     ElmoConfig,
@@ -125,7 +125,7 @@ def test_a_tokenizer_that_disagrees_with_the_config_is_refused(tmp_path):
         f"the tokenizer of {tmp_path / 'bytes'} disagrees with its config: it has max_characters_per_token 30 (the "
         "config's: 20); copy or download the model folder again"
     )
-    pytest.importorskip("kiwipiepy", reason='the Korean tokenizer needs the korean extra: "hf_elmo[korean]"')
+    require("kiwipiepy", reason='the Korean tokenizer needs the korean extra: "hf_elmo[korean]"')
     folder = copy_of_bundled("ko-nsmc", tmp_path / "learned")
     learn_character_vocabulary(["배가 고프다"]).save(folder / "char_vocab.json")  # 5 characters and 6 markers
     config_size = ElmoConfig.from_pretrained(folder).char_vocab_size

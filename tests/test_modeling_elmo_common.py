@@ -8,7 +8,7 @@ import json
 import pytest
 import torch
 from transformers.modeling_outputs import QuestionAnsweringModelOutput
-from utils import FLOAT32_TOLERANCE, spy_on_kernels, tiny_config
+from utils import FLOAT32_TOLERANCE, require, spy_on_kernels, tiny_config
 
 from hf_elmo import (
     ElmoConfig,
@@ -401,7 +401,7 @@ def test_no_split_modules_name_module_classes():
 def test_peft_lora_on_a_head(tester, tmp_path, model_class, task_type):
     """LoRA on the character encoder's projection, the head's own layers trained in full; the adapter saves and
     reloads."""
-    peft = pytest.importorskip("peft")
+    peft = require("peft")
 
     model = tester.create_model(model_class)
     lora = peft.LoraConfig(

@@ -15,7 +15,7 @@ import pytest
 import torch
 from torch import nn
 from transformers import PreTrainedModel
-from utils import tiny_config
+from utils import require, tiny_config
 
 from hf_elmo import ElmoModel
 from hf_elmo.command_line import CommandParser
@@ -125,7 +125,7 @@ def test_a_modules_forward_hooks_and_an_instance_forward_are_where_the_biLM_look
     assert pre_hooked._forward_pre_hooks and not runs_only_its_forward(pre_hooked), changed(
         "torch.nn.Module._forward_pre_hooks", used, "register_forward_pre_hook no longer fills it"
     )
-    accelerate_hooks = pytest.importorskip("accelerate.hooks")
+    accelerate_hooks = require("accelerate.hooks")
     wrapped = nn.Linear(2, 2)
     accelerate_hooks.add_hook_to_module(wrapped, accelerate_hooks.ModelHook())
     assert "forward" in vars(wrapped) and not runs_only_its_forward(wrapped), changed(
@@ -183,7 +183,7 @@ def test_argparse_tables_of_actions_and_option_strings():
 
 def test_torch_onnx_exporter_logs_its_registration_notes_under_the_name_silenced():
     """The logger of the ONNX exporter's registration notes ("torchvision is not installed", on every export)."""
-    pytest.importorskip("onnxscript")
+    require("onnxscript")
     import torch.onnx._internal.exporter._registration as registration
 
     name = "torch.onnx._internal.exporter._registration"

@@ -5,7 +5,7 @@ import pytest
 import torch
 from torch.nn import functional as F
 from transformers import AutoModelForQuestionAnswering, pipeline
-from utils import FLOAT32_TOLERANCE, tiny_config
+from utils import FLOAT32_TOLERANCE, require, tiny_config
 
 from hf_elmo import ElmoForQuestionAnswering, ElmoQuestionAnsweringPipeline, ElmoTokenizer
 from hf_elmo.modeling_elmo import second_sentence_positions
@@ -151,8 +151,8 @@ def test_a_long_context_is_read_in_windows(monkeypatch):
 
 
 def test_an_exported_graph_gives_the_models_logits(tmp_path, saved_folder):
-    pytest.importorskip("onnxruntime", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
-    pytest.importorskip("onnxscript", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
+    require("onnxruntime", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
+    require("onnxscript", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
     from hf_elmo.onnx_elmo import ElmoOnnxSession, export_onnx
 
     export_onnx(saved_folder, tmp_path / "onnx")

@@ -14,7 +14,7 @@ from torch.nn import functional as F
 from trainer_data import sentence_dataset
 from transformers import AutoModelForMultipleChoice, Trainer, TrainingArguments
 from transformers.modeling_outputs import SequenceClassifierOutput
-from utils import FLOAT32_TOLERANCE, random_batch, spy_on_kernels, tiny_config
+from utils import FLOAT32_TOLERANCE, random_batch, require, spy_on_kernels, tiny_config
 
 import hf_elmo
 from hf_elmo import ElmoModel, ElmoTokenizer, kernels_elmo, loading
@@ -137,8 +137,8 @@ def test_a_head_defined_outside_the_package_trains_under_the_stock_trainer(head_
 
 
 def test_a_head_defined_outside_the_package_exports_its_own_input(head_folder, registered_head, tmp_path):
-    pytest.importorskip("onnxruntime", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
-    pytest.importorskip("onnxscript", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
+    require("onnxruntime", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
+    require("onnxscript", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
     from hf_elmo.onnx_elmo import ElmoOnnxSession, export_onnx
 
     export_onnx(head_folder, tmp_path / "onnx")

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import FLOAT32_TOLERANCE, save_with_word_counts
+from utils import FLOAT32_TOLERANCE, require, save_with_word_counts
 
 import hf_elmo.loading
 from hf_elmo import ElmoModel, ElmoSentenceEmbedder, ElmoTokenizer, bundled_model_path
@@ -79,7 +79,7 @@ def test_a_folder_without_settings_takes_the_defaults(tmp_path, tiny_model, tiny
 
 def test_the_bundled_biLM_gives_the_vector_of_its_sentence_transformers_folder():
     """One call gives what `SentenceTransformer(folder)` gives, and not `sentence_embedding`'s plain mean."""
-    pytest.importorskip("sentence_transformers")
+    require("sentence_transformers")
     from sentence_transformers import SentenceTransformer
 
     folder = bundled_model_path("ko-nsmc")

@@ -358,7 +358,7 @@ def test_bad_input_gets_one_line(tiny_folder, tiny_model, tiny_tokenizer):
 def test_load_refuses_a_tokenizer_that_disagrees_with_the_config(tmp_path):
     """The module's `load` runs the check every command's loader runs (`loading.check_tokenizer`): a folder whose
     character vocabulary is another model's is refused in the loader's one line, before any vector is computed."""
-    pytest.importorskip("kiwipiepy", reason='the Korean tokenizer needs the korean extra: "hf_elmo[korean]"')
+    require("kiwipiepy", reason='the Korean tokenizer needs the korean extra: "hf_elmo[korean]"')
     folder = shutil.copytree(bundled_model_path("ko-nsmc"), tmp_path / "learned")
     learn_character_vocabulary(["배가 고프다"]).save(folder / "char_vocab.json")  # 5 characters and 6 markers
     with pytest.raises(
