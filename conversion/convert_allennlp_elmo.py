@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from hf_elmo.cli import main as hf_elmo_main
+from hf_elmo.errors import run_entry_point
 
 
 def main(argv=None) -> int:
@@ -19,4 +20,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_entry_point(main))

@@ -15,7 +15,7 @@ import torch
 
 from hf_elmo import ElmoModel, ElmoTokenizer
 from hf_elmo.conversion_original import ORIGINAL_OPTIONS_URL, ORIGINAL_WEIGHTS_URL, convert_original
-from hf_elmo.errors import ElmoConversionError, first_line
+from hf_elmo.errors import ElmoConversionError, first_line, run_entry_point
 
 SENTENCES = [
     ["The", "bank", "raised", "its", "interest", "rates", "."],
@@ -65,4 +65,4 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(run_entry_point(main))

@@ -21,6 +21,7 @@ The output folder appears complete or not at all, and one that exists is replace
 model loads (`run_steps.py`).
 """
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -41,6 +42,7 @@ from transformers import EvalPrediction, Trainer, TrainingArguments
 
 import hf_elmo
 from hf_elmo import ElmoForSequenceClassification, ElmoTokenizer
+from hf_elmo.errors import run_entry_point
 from hf_elmo.loading import read_weights_with_prefix
 from hf_elmo.modeling_elmo import word_vectors_from_softmax
 
@@ -330,4 +332,4 @@ def fine_tune(
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

@@ -20,6 +20,7 @@ import collections
 import json
 import re
 import string
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -36,6 +37,7 @@ from tqdm.auto import tqdm
 from transformers import Trainer, TrainingArguments
 
 from hf_elmo import ElmoForQuestionAnswering, ElmoTokenizer
+from hf_elmo.errors import run_entry_point
 from hf_elmo.question_answering_elmo import best_spans
 
 HEAD_OPTIONS = ("task_lstm_dim", "question_attention", "question_match_feature", "mix_dropout", "mix_layer_norm")
@@ -314,4 +316,4 @@ def fine_tune(
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

@@ -19,6 +19,7 @@ Mistakes in the command line or the data files are one line, exit status 2, befo
 `--crf_constraint BIO` (or `BIOES`) keeps that path within the tag scheme's legal transitions.
 """
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -40,6 +41,7 @@ from transformers import DataCollatorForTokenClassification, EvalPrediction, Tra
 import hf_elmo
 from hf_elmo import ElmoForTokenClassification
 from hf_elmo.crf_elmo import allowed_transitions
+from hf_elmo.errors import run_entry_point
 from hf_elmo.tokenization_elmo import word_start_positions
 
 HEAD_OPTIONS = (
@@ -347,4 +349,4 @@ def fine_tune(
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

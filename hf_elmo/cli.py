@@ -16,7 +16,7 @@ from transformers.utils import logging as transformers_logging
 from .command_line import parse_command
 from .configuration_elmo import CPU_MATMULS
 from .embedding_files import EmbedSettings, JobProcess, embed_file, run_identity
-from .errors import CommandError, ElmoConversionError, first_line
+from .errors import CommandError, ElmoConversionError, first_line, run_entry_point
 from .loading import hub_unreachable, load_model_and_tokenizer
 from .modeling_elmo import (
     ElmoHeadModel,
@@ -294,23 +294,21 @@ COMMANDS = {
 def run(command: str, args, prog: str = "hf-elmo") -> int:
     """
     Runs `command` on the arguments `hf_elmo.command_line.parse_command` parsed (for `pretrain`, the list its own
-    parser reads); a failure is one line on stderr, `{prog}: error: ...`, and the exit status.
+    parser reads); a failure is one line on stderr, `{prog}: error: ...`, and the exit status
+    (`hf_elmo.errors.run_entry_point`, the handler of every entry point).
     """
-    try:
-        return COMMANDS[command](args)
-    except CommandError as error:
-        if not error.quiet:
-            print(f"{prog}: error: {error}", file=sys.stderr)
-        return error.code
-    except KeyboardInterrupt:
-        print(f"{prog}: interrupted", file=sys.stderr)
-        return 130
+    return run_entry_point(COMMANDS[command], args, prog=prog)
 
 
 def main(argv=None, prog: str = "hf-elmo") -> int:
     """`hf-elmo ARGV` in this process: `python -m hf_elmo.cli`, the form `torchrun` and `accelerate launch` take."""
+    return run_entry_point(parse_and_run, argv, prog, prog=prog)
+
+
+def parse_and_run(argv, prog: str) -> int:
+    """`main`'s work, inside its handler: the command line parsed (or answered) and the command run."""
     parsed = parse_command(argv, prog)
-    return parsed if isinstance(parsed, int) else run(*parsed, prog)
+    return parsed if isinstance(parsed, int) else COMMANDS[parsed[0]](parsed[1])
 
 
 if __name__ == "__main__":

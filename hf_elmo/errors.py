@@ -10,8 +10,10 @@ A file the package reads is checked before it is used, by the one reader of its 
 taken; what does not hold is a [`FileContentError`] of one line naming the file and the field.
 """
 
+import errno
 import math
 import os
+import sys
 
 
 class ElmoConversionError(Exception):
@@ -189,3 +191,73 @@ def is_of_kind(value, kind) -> bool:
     if kind is int:
         return isinstance(value, int) and not isinstance(value, bool)
     return isinstance(value, kind)
+
+
+# -- the one handler of every entry point -----------------------------------------------------------------------------
+
+# Exit statuses, as shells and argparse read them.
+ENVIRONMENT_FAILURE, USAGE_FAILURE, INTERRUPTED = 1, 2, 130
+# What a system error asks of the user, for the errors a full or read-only disk and permissions give.
+OS_ERROR_FIXES = {
+    errno.ENOSPC: "free space there or write elsewhere",
+    errno.EDQUOT: "free space there or write elsewhere",
+    errno.EACCES: "check its permissions or write elsewhere",
+    errno.EPERM: "check its permissions or write elsewhere",
+    errno.EROFS: "write elsewhere",
+}
+
+
+def os_error_line(error: OSError) -> str:
+    """An `OSError` in one line: what the system says, the file it names, and the fix for the common ones."""
+    reason = error.strerror or first_line(error)
+    where = " -> ".join(str(name) for name in (error.filename, error.filename2) if name is not None)
+    fix = OS_ERROR_FIXES.get(error.errno)
+    return reason + (f": {where}" if where else "") + (f"; {fix}" if fix else "")
+
+
+def failure_of(error: BaseException) -> tuple[str, int] | None:
+    """
+    The one line and exit status of a failure an entry point reports (`run_entry_point`), or None for one it does
+    not know (a bug: its traceback is wanted). The package's own errors first (`CommandError` with its status,
+    `FileContentError` and `ElmoConversionError`: a file to fix, 1), then the system's (`OSError`, `MemoryError`,
+    torch's out-of-memory: 1), a missing extra (`ImportError`: 1), and the libraries' refusals of a value given
+    (`ValueError`: transformers' `HfArgumentParser` and a tokenizer's checks of an argument, 2).
+    """
+    if isinstance(error, CommandError):
+        return str(error), error.code
+    if isinstance(error, KeyboardInterrupt):
+        return "interrupted", INTERRUPTED
+    if isinstance(error, (FileContentError, ElmoConversionError)):
+        return first_line(error), ENVIRONMENT_FAILURE
+    if isinstance(error, OSError):
+        return os_error_line(error), ENVIRONMENT_FAILURE
+    torch = sys.modules.get("torch")  # imported by whoever ran out of its memory; not imported here
+    if isinstance(error, MemoryError) or (torch is not None and isinstance(error, torch.OutOfMemoryError)):
+        return f"out of memory: {first_line(error)}; use a smaller batch", ENVIRONMENT_FAILURE
+    if isinstance(error, ImportError):
+        return first_line(error), ENVIRONMENT_FAILURE
+    if isinstance(error, ValueError):
+        return first_line(error), USAGE_FAILURE
+    return None
+
+
+def run_entry_point(main, *args, prog: str | None = None) -> int:
+    """
+    `main(*args)` run as a command's whole process: the console script's (`hf_elmo.cli.main`) and every script's
+    `if __name__ == "__main__":` line. Returns the exit status: `main`'s own where it returns an integer, else 0;
+    a failure `failure_of` knows is one line on stderr, `{prog}: error: ...` (`prog`: the script's name by default),
+    and its status (1 environment, 2 usage, 130 interrupted); `SystemExit` (argparse's) and unknown errors pass.
+    A `CommandError` that is `quiet` (another process reports it) prints nothing.
+    """
+    prog = prog or os.path.basename(sys.argv[0])
+    try:
+        status = main(*args)
+    except (Exception, KeyboardInterrupt) as error:
+        failure = failure_of(error)
+        if failure is None:
+            raise
+        message, code = failure
+        if not getattr(error, "quiet", False):
+            print(f"{prog}: error: {message}", file=sys.stderr)
+        return code
+    return status if isinstance(status, int) and not isinstance(status, bool) else 0

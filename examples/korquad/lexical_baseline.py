@@ -19,6 +19,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # examples/: run_q
 
 from run_qa import korquad_scores, read_squad  # noqa: E402
 
+from hf_elmo.errors import run_entry_point
+
 PUNCTUATION = "\"'.,?!()《》<>〈〉‘’“”:;"
 # Common Korean particles and endings that follow a noun inside its whitespace word, longest first.
 PARTICLES = sorted(
@@ -75,4 +77,4 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

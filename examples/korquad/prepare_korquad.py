@@ -12,7 +12,10 @@ published: the set's licence allows passing it on unchanged only).
 import argparse
 import hashlib
 import json
+import sys
 from pathlib import Path
+
+from hf_elmo.errors import run_entry_point
 
 
 def is_test_article(title: str) -> bool:
@@ -37,4 +40,4 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

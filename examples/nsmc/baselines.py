@@ -16,12 +16,15 @@ particles and endings. Prints and writes `baselines.json` (`baselines_<train fil
 import argparse
 import csv
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
 import torch
 from sklearn.feature_extraction.text import TfidfVectorizer
 from sklearn.linear_model import LogisticRegression
+
+from hf_elmo.errors import run_entry_point
 
 
 def accuracy_and_macro_f1(predicted: torch.Tensor, gold: torch.Tensor) -> dict[str, float]:
@@ -139,4 +142,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

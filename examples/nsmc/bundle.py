@@ -25,12 +25,14 @@ import argparse
 import csv
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
 import torch
 
 import hf_elmo
+from hf_elmo.errors import run_entry_point
 from hf_elmo.folder_layout import ENCODER_CONFIG_FILE, SIF_A
 from hf_elmo.loading import load_model_and_tokenizer
 from hf_elmo.model_card import write_model_card
@@ -209,4 +211,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

@@ -13,6 +13,7 @@ Prints and writes `frozen_features.json` in `--output-dir` (default: the model f
 import argparse
 import csv
 import json
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +22,7 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.preprocessing import StandardScaler
 
 from hf_elmo import ElmoModel
+from hf_elmo.errors import run_entry_point
 from hf_elmo.loading import load_model_and_tokenizer
 from hf_elmo.modeling_elmo import masked_pool, word_positions
 
@@ -102,4 +104,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

@@ -28,12 +28,14 @@ import argparse
 import bisect
 import csv
 import re
+import sys
 from pathlib import Path
 
 import torch
 from transformers.utils import logging
 
 from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo.errors import run_entry_point
 from hf_elmo.loading import load_model_and_tokenizer
 from hf_elmo.quickstart import chance_scores, nearest_sense_scores
 from hf_elmo.tokenization_elmo import pool_to_words
@@ -220,4 +222,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

@@ -29,12 +29,14 @@ data's README (scikit-learn, the `training` extra). KorSTS is for measuring only
 import argparse
 import csv
 import random
+import sys
 from pathlib import Path
 
 import torch
 from scipy.stats import spearmanr
 
 from hf_elmo import ElmoModel, ElmoSentenceEmbedder, ElmoTokenizer
+from hf_elmo.errors import run_entry_point
 from hf_elmo.loading import load_model_and_tokenizer
 from hf_elmo.modeling_elmo import valid_positions, word_positions
 from hf_elmo.sentence_vectors import sentence_vectors
@@ -210,4 +212,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

@@ -13,8 +13,11 @@ import argparse
 import gzip
 import json
 import random
+import sys
 from collections import Counter
 from pathlib import Path
+
+from hf_elmo.errors import run_entry_point
 
 
 def read_sources(folder: Path) -> list[tuple[str, str]]:
@@ -60,4 +63,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

@@ -19,8 +19,11 @@ import csv
 import gzip
 import json
 import random
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+from hf_elmo.errors import run_entry_point
 
 SPLITS = ("train", "validation", "test")
 
@@ -146,4 +149,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

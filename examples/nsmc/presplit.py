@@ -15,10 +15,12 @@ word labels, line by line.
 import argparse
 import gzip
 import json
+import sys
 from itertools import islice
 from pathlib import Path
 
 from hf_elmo import ElmoTokenizer
+from hf_elmo.errors import run_entry_point
 from hf_elmo.korean_morphemes import installed_versions
 from hf_elmo.pretraining import SplitText
 from hf_elmo.text_files import read_sentences
@@ -78,4 +80,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

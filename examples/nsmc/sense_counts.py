@@ -18,9 +18,11 @@ read). Prints a markdown table and, with `--json`, writes the counts.
 import argparse
 import csv
 import json
+import sys
 from collections import Counter
 from pathlib import Path
 
+from hf_elmo.errors import run_entry_point
 from hf_elmo.korean_morphemes import analyser
 
 CUES = Path(__file__).resolve().parent / "sense_cues.tsv"
@@ -104,4 +106,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

@@ -10,8 +10,10 @@ object: `{file: {"words": n, "unk": share}}`.
 
 import argparse
 import json
+import sys
 
 from hf_elmo import ElmoTokenizer
+from hf_elmo.errors import run_entry_point
 from hf_elmo.loading import resolve_model_name
 from hf_elmo.pretraining import SplitText, count_unknown_words
 
@@ -35,4 +37,4 @@ def main(argv: list[str] | None = None) -> dict:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(run_entry_point(main))

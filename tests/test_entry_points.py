@@ -1,0 +1,114 @@
+"""
+Every entry point (the console script `hf_elmo.cli.main` and each script's `if __name__ == "__main__":` line) runs
+inside the one handler, `hf_elmo.errors.run_entry_point`: a failure of each class ends in one `error:` line and its
+exit status (1 environment, 2 usage, 130 interrupted), wherever it is raised (issue 50, section 3).
+"""
+
+import argparse
+import errno
+import os
+import runpy
+import sys
+from pathlib import Path
+
+import pytest
+
+from hf_elmo.cli import main
+from hf_elmo.errors import CommandError, ElmoConversionError, FileContentError, run_entry_point
+
+ROOT = Path(__file__).resolve().parents[1]
+# Every script with a `__main__` line: the examples, the Korean experiment's, KorQuAD's and the converters.
+SCRIPTS = sorted(
+    path.relative_to(ROOT).as_posix()
+    for folder in ("examples", "examples/nsmc", "examples/korquad", "conversion")
+    for path in (ROOT / folder).glob("*.py")
+    if 'if __name__ == "__main__":' in path.read_text(encoding="utf-8")
+)
+# Each class of failure: the exception, the line it gets after `PROG: error: `, and the exit status.
+FAILURES = {
+    "full disk": (
+        OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), "/out/vocab.txt"),
+        f"{os.strerror(errno.ENOSPC)}: /out/vocab.txt; free space there or write elsewhere",
+        1,
+    ),
+    "no permission": (
+        PermissionError(errno.EACCES, os.strerror(errno.EACCES), "/out"),
+        f"{os.strerror(errno.EACCES)}: /out; check its permissions or write elsewhere",
+        1,
+    ),
+    "interrupt": (KeyboardInterrupt(), "interrupted", 130),
+    # Not a FileContentError (a ValueError) here: raised while the fine-tuning examples parse, a ValueError is theirs
+    # to report as a usage error (`run_steps.ExampleArgumentParser.parse`).
+    "package error": (
+        ElmoConversionError("weights.hdf5 has no char_embed; convert a bilm-tf checkpoint"),
+        "weights.hdf5 has no char_embed; convert a bilm-tf checkpoint",
+        1,
+    ),
+    "command error": (CommandError("--mix needs 3 weights", code=2), "--mix needs 3 weights", 2),
+    "usage error": (
+        ValueError("Some specified arguments are not used by the HfArgumentParser: ['--max_step']\nmore"),
+        "Some specified arguments are not used by the HfArgumentParser: ['--max_step']",
+        2,
+    ),
+}
+
+
+def failing_parse(error: BaseException):
+    """What every entry point calls first, argparse's `parse_known_args` (`HfArgumentParser`'s and the `hf-elmo`
+    parser's too), made to raise `error`: a failure inside the entry point, where its handler must catch it."""
+
+    def parse_known_args(self, *args, **kwargs):
+        raise error
+
+    return parse_known_args
+
+
+def one_error_line(stderr: str, prog: str) -> str:
+    """The text after `PROG: error: ` of the one line `stderr` holds (asserted to be one line)."""
+    lines = stderr.strip().splitlines()
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"{prog}: error: "), stderr
+    return lines[0].removeprefix(f"{prog}: error: ")
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+def test_the_console_script_reports_each_failure_in_one_line(failure, monkeypatch, capsys):
+    error, line, code = FAILURES[failure]
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", failing_parse(error))
+    assert main(["info", "ko-nsmc"]) == code
+    assert one_error_line(capsys.readouterr().err, "hf-elmo") == line
+
+
+@pytest.mark.parametrize("failure", FAILURES)
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_each_script_reports_each_failure_in_one_line(script, failure, monkeypatch, capsys):
+    error, line, code = FAILURES[failure]
+    path = ROOT / script
+    monkeypatch.syspath_prepend(str(path.parent))  # as `python SCRIPT` puts the script's folder first
+    monkeypatch.setattr(sys, "argv", [str(path)])
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_known_args", failing_parse(error))
+    with pytest.raises(SystemExit) as exit:
+        runpy.run_path(str(path), run_name="__main__")
+    assert exit.value.code == code
+    assert one_error_line(capsys.readouterr().err, path.name) == line
+
+
+def test_the_handler_returns_mains_status_and_lets_a_bug_and_argparse_through(capsys):
+    assert run_entry_point(lambda: 3, prog="p") == 3
+    assert run_entry_point(lambda: {"accuracy": 1.0}, prog="p") == 0  # a script's metrics
+    with pytest.raises(ZeroDivisionError):  # a bug keeps its traceback
+        run_entry_point(lambda: 1 / 0, prog="p")
+    with pytest.raises(SystemExit):
+        run_entry_point(lambda: sys.exit(2), prog="p")
+    assert run_entry_point(lambda: (_ for _ in ()).throw(CommandError("other rank says", quiet=True)), prog="p") == 1
+    assert capsys.readouterr().err == ""
+    assert (
+        run_entry_point(lambda: (_ for _ in ()).throw(FileContentError("x.json: n_layers is missing")), prog="p") == 1
+    )
+    assert capsys.readouterr().err == "p: error: x.json: n_layers is missing\n"
+
+
+def test_the_scripts_are_all_walked():
+    """A new script with a `__main__` line is walked without an edit here; these are the ones there are now."""
+    assert {"examples/run_qa.py", "examples/nsmc/bundle.py", "examples/korquad/prepare_korquad.py"} <= set(SCRIPTS)
+    assert "conversion/convert_allennlp_elmo.py" in SCRIPTS
