@@ -15,9 +15,10 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from transformers import GenerationConfig, PreTrainedConfig
-from transformers.utils import logging
+from transformers.utils import is_torch_available, logging
 
 from .alphabet_elmo import CharacterAlphabet
+from .errors import JsonFields, read_json_file
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
@@ -112,6 +113,53 @@ CHAR_MARKERS = Rule(
     "a dict of marker roles to ids",
     dict,
 )
+
+
+def is_label_id(value: Any) -> bool:
+    """A label's id as a config holds it: an integer >= 0, or its digits (JSON's keys are strings)."""
+    if isinstance(value, str):
+        return value.isascii() and value.isdigit()
+    return is_integer(value) and value >= 0
+
+
+def is_torch_dtype(value: Any) -> bool:
+    """A torch dtype, or the name of one in torch (`"float32"`); where torch is not installed, any name."""
+    if not is_torch_available():
+        return isinstance(value, str) and value.isidentifier()
+    import torch
+
+    return isinstance(value, torch.dtype) or (
+        isinstance(value, str) and isinstance(getattr(torch, value, None), torch.dtype)
+    )
+
+
+# transformers' own fields that it reads as it loads a config (`PreTrainedConfig.__post_init__` converts `dtype` and
+# `id2label`, `validate_architecture` reads `architectures`), each checked whenever it is set, as a declared field is,
+# so that a damaged value is refused in one line instead of failing inside transformers.
+TRANSFORMERS_FIELD_RULES = {
+    "architectures": optional(
+        Rule(lambda value: isinstance(value, list) and all(isinstance(name, str) for name in value), "a list of names")
+    ),
+    "dtype": optional(Rule(is_torch_dtype, "the name of a torch dtype, such as 'float32'")),
+    "id2label": optional(
+        Rule(
+            lambda value: (
+                isinstance(value, dict)
+                and all(is_label_id(i) and (isinstance(label, str) or is_integer(label)) for i, label in value.items())
+            ),
+            "a dict of label ids (integers >= 0) to labels",
+        )
+    ),
+    "label2id": optional(
+        Rule(
+            lambda value: (
+                isinstance(value, dict)
+                and all((isinstance(label, str) or is_integer(label)) and is_label_id(i) for label, i in value.items())
+            ),
+            "a dict of labels to label ids (integers >= 0)",
+        )
+    ),
+}
 
 
 def checked(rule: Rule, default: Any, saved: bool = True) -> Any:
@@ -283,7 +331,11 @@ class ElmoConfig(PreTrainedConfig):
     question_attention: bool = checked(BOOLEAN, True)
     question_match_feature: bool = checked(BOOLEAN, True)
     crf_constraint: str | None = checked(
-        Rule(lambda value: value is None or value in LABEL_SCHEMES, f"one of {tuple(LABEL_SCHEMES)} or None"), None
+        Rule(
+            lambda value: value is None or (isinstance(value, str) and value in LABEL_SCHEMES),
+            f"one of {tuple(LABEL_SCHEMES)} or None",
+        ),
+        None,
     )
     word_vocab_size: int | None = checked(optional(integer(2)), None)
     n_negative_samples: int | None = checked(optional(integer(1)), None)
@@ -310,7 +362,8 @@ class ElmoConfig(PreTrainedConfig):
         # Every field's rule, whenever it is set: `from_pretrained(..., n_layers=...)` sets fields after `__init__`.
         key = self.attribute_map.get(key, key)
         field = self.__dataclass_fields__.get(key)
-        if field is not None and (rule := field_rule(field)) is not None:
+        rule = TRANSFORMERS_FIELD_RULES.get(key) or (field_rule(field) if field is not None else None)
+        if rule is not None:
             value = rule.checked(key, value)
         super().__setattr__(key, value)
 
@@ -364,6 +417,16 @@ class ElmoConfig(PreTrainedConfig):
         loaded = super().from_dict(config_dict, **kwargs)
         (loaded[0] if isinstance(loaded, tuple) else loaded).validate_architecture()
         return loaded
+
+    @classmethod
+    def _dict_from_json_file(cls, json_file) -> dict:
+        """
+        The object a `config.json` holds (what `from_json_file` and `from_pretrained` read), read by
+        `errors.read_json_file`: a file that is no JSON object is one line naming it.
+        """
+        fix = "copy or download the model folder again"
+        config_dict = JsonFields(read_json_file(json_file, fix), json_file, fix).data
+        return cls._decode_special_floats(config_dict)
 
     def to_dict(self) -> dict:
         """As transformers' `to_dict` (which `save_pretrained` and `to_json_string` write), without the machine

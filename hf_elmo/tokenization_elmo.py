@@ -28,7 +28,7 @@ from .alphabet_elmo import (
     CharacterAlphabet,
 )
 from .configuration_elmo import BOOLEAN, MAX_CHARACTERS_PER_TOKEN, Rule, integer
-from .errors import FileContentError, read_json_file
+from .errors import FileContentError, JsonFields, read_json_file
 from .korean_morphemes import KoreanMorphemes, installed_versions
 
 logger = logging.get_logger(__name__)
@@ -64,6 +64,44 @@ TOKENIZER_SETTINGS = {
         "None or a dict of package names to versions",
     ),
 }
+# What transformers' loading makes special tokens of (`AddedToken(**token)`): a token's text and its flags.
+ADDED_TOKEN_FLAGS = ("single_word", "lstrip", "rstrip", "normalized", "special")
+
+
+def is_added_token(value: Any, type_field: bool) -> bool:
+    """A token as `tokenizer_config.json` saves it: its `content` and flags (and `"__type": "AddedToken"` where
+    `type_field`, as a special token is saved)."""
+    if not isinstance(value, dict) or not isinstance(value.get("content"), str):
+        return False
+    flags = {key: flag for key, flag in value.items() if key not in ("content", "__type")}
+    return (value.get("__type") == "AddedToken") == type_field and all(
+        key in ADDED_TOKEN_FLAGS and isinstance(flag, bool) for key, flag in flags.items()
+    )
+
+
+SPECIAL_TOKEN = Rule(
+    lambda value: value is None or isinstance(value, str) or is_added_token(value, type_field=True),
+    "None, a string or a saved AddedToken",
+)
+# What transformers reads of `tokenizer_config.json` for its own special tokens, checked with the settings (it would
+# fail on another type inside its loading); this tokenizer's markers are rows, so it uses none of them.
+TOKENIZER_FILE_FIELDS = {
+    **TOKENIZER_SETTINGS,
+    "bos_token": SPECIAL_TOKEN,
+    "eos_token": SPECIAL_TOKEN,
+    "added_tokens_decoder": Rule(
+        lambda value: (
+            isinstance(value, dict)
+            and all(
+                i.isascii() and i.isdigit() and is_added_token(token, type_field=False) for i, token in value.items()
+            )
+        ),
+        "a dict of token ids to saved AddedTokens",
+    ),
+}
+# What transformers' `from_pretrained` puts in `init_kwargs` beside the settings (so `save_pretrained` would write
+# them): how that one call loaded, not how the tokenizer tokenizes.
+LOADING_ARGUMENTS = ("is_local", "local_files_only")
 
 
 def pre_tokenizer_named(name: str):
@@ -79,10 +117,8 @@ def read_tokenizer_settings(path: str) -> dict:
     reads (a row of 10^9 characters filled the memory of `embed`).
     """
     fix = "copy or download the model folder again"
-    settings = read_json_file(path, fix)
-    if not isinstance(settings, dict):
-        raise FileContentError(f"{path} holds {type(settings).__name__}, not a JSON object; {fix}")
-    for name, rule in TOKENIZER_SETTINGS.items():
+    settings = JsonFields(read_json_file(path, fix), path, fix).data
+    for name, rule in TOKENIZER_FILE_FIELDS.items():
         if name in settings:
             try:
                 rule.checked(name, settings[name])
@@ -253,6 +289,16 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         )
 
     @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """As transformers' `from_pretrained`, a local folder's `tokenizer_config.json` read first
+        (`read_tokenizer_settings`): transformers opens it before `_from_pretrained`, and fails on JSON that is no
+        object."""
+        folder = os.path.join(str(pretrained_model_name_or_path), kwargs.get("subfolder") or "")
+        if os.path.isfile(os.path.join(folder, TOKENIZER_CONFIG_FILE)):
+            read_tokenizer_settings(os.path.join(folder, TOKENIZER_CONFIG_FILE))
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
+
+    @classmethod
     def _from_pretrained(cls, resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs):
         # No file is required (a byte alphabet needs none), so transformers would build a default tokenizer from a
         # path that does not exist: a typo would go unnoticed.
@@ -274,7 +320,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             check_tokenizer(
                 None, model_config, pretrained_model_name_or_path, files=[os.path.basename(path) for path in found]
             )
-        return super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
+        tokenizer = super()._from_pretrained(resolved_vocab_files, pretrained_model_name_or_path, *args, **kwargs)
+        for name in LOADING_ARGUMENTS:  # a folder saved before holds them: read, then never written again
+            tokenizer.init_kwargs.pop(name, None)
+        return tokenizer
 
     # -- the vocabulary: characters ---------------------------------------------------------------------------------
 
@@ -334,7 +383,12 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         )
 
     def convert_ids_to_tokens(self, ids: int | list[int], skip_special_tokens: bool = False) -> str | list[str]:
-        """The symbol of a character id (or of each id of a list); `skip_special_tokens` drops the markers."""
+        """
+        The symbol of a character id, or of each id of a list, a tensor or an array, nested as they are (a row of
+        `input_ids` `(positions, max_characters_per_token)` gives a list of symbols per position);
+        `skip_special_tokens` drops the markers and padding.
+        """
+        ids = _to_list(ids)  # a tensor's element is a 0-d tensor, not an int
         if isinstance(ids, int):
             if ids not in self._symbol_by_id:
                 raise ValueError(f"{ids} is not a character id (0..{self.vocab_size - 1})")
@@ -342,7 +396,11 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         markers = {marker + ID_SHIFT for marker in self.alphabet.markers.values()} | {0}
         if self.alphabet.learned:
             markers.discard(self.alphabet.markers["unknown"] + ID_SHIFT)
-        return [self.convert_ids_to_tokens(i) for i in ids if not (skip_special_tokens and i in markers)]
+        return [
+            self.convert_ids_to_tokens(i, skip_special_tokens)
+            for i in ids
+            if not (skip_special_tokens and isinstance(i, int) and i in markers)
+        ]
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         """Writes the word vocabulary, the learned character vocabulary and the word-input vocabulary (any held)."""

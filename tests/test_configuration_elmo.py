@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from transformers import AutoConfig, PreTrainedConfig
 from utils import tiny_config
 
@@ -175,6 +176,14 @@ def test_word_vector_fields_go_together_and_are_saved(tmp_path):
         ("pooling", "sum", "'mean', 'max' or 'mean_max'"),
         ("word_vector_dim", -1, "an integer >= 0"),
         ("word_vector_vocab_size", 0, "None or an integer >= 1"),
+        ("crf_constraint", [], "one of ('BIO', 'BIOES') or None"),
+        # transformers' own fields, which its loading reads (see TRANSFORMERS_FIELD_RULES)
+        ("dtype", "no_such_dtype", "None or the name of a torch dtype, such as 'float32'"),
+        ("dtype", [None, {}], "None or the name of a torch dtype, such as 'float32'"),
+        ("architectures", True, "None or a list of names"),
+        ("id2label", [[0]], "None or a dict of label ids (integers >= 0) to labels"),
+        ("id2label", {"first": "A"}, "None or a dict of label ids (integers >= 0) to labels"),
+        ("label2id", {"A": -1}, "None or a dict of labels to label ids (integers >= 0)"),
     ],
 )
 def test_each_field_is_checked_for_its_type_and_range_by_name(tmp_path, field, value, allowed):
@@ -188,6 +197,26 @@ def test_each_field_is_checked_for_its_type_and_range_by_name(tmp_path, field, v
     config.save_pretrained(tmp_path)
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig.from_pretrained(tmp_path)
+
+
+def test_transformers_fields_that_hold_what_they_must_are_kept(tmp_path):
+    config = ElmoConfig(
+        dtype="bfloat16", architectures=["ElmoModel"], id2label={"0": "A", "1": 7}, label2id={"A": 0, "7": "1"}
+    )
+    assert config.dtype is torch.bfloat16 and config.id2label == {0: "A", 1: 7}
+    config.save_pretrained(tmp_path)
+    loaded = ElmoConfig.from_pretrained(tmp_path)
+    assert (loaded.dtype, loaded.architectures, loaded.id2label) == (torch.bfloat16, ["ElmoModel"], {0: "A", 1: 7})
+
+
+def test_a_config_file_that_holds_no_object_is_refused_naming_the_file(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text("[1, 2]")
+    message = f"^{re.escape(f'{path}: the file is a list of 2 items, not an object; ')}"
+    with pytest.raises(ValueError, match=message):
+        ElmoConfig.from_json_file(path)
     with pytest.raises(ValueError, match=message):
         ElmoConfig.from_pretrained(tmp_path)
 

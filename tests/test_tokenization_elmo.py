@@ -123,6 +123,36 @@ def test_save_and_load(tmp_path):
     assert loaded(text)["input_ids"] == tokenizer(text)["input_ids"]
 
 
+def test_a_loaded_tokenizer_saves_its_settings_not_how_it_was_loaded(tmp_path):
+    """transformers puts `is_local` and `local_files_only` in `init_kwargs`, which `save_pretrained` writes; a folder
+    saved with them before still loads, and saving it again leaves them out."""
+    ElmoTokenizer(max_characters_per_token=30).save_pretrained(tmp_path / "first")
+    ElmoTokenizer.from_pretrained(tmp_path / "first").save_pretrained(tmp_path / "again")
+    saved = json.loads((tmp_path / "again" / "tokenizer_config.json").read_text())
+    assert saved["max_characters_per_token"] == 30 and not {"is_local", "local_files_only"} & set(saved)
+    (tmp_path / "again" / "tokenizer_config.json").write_text(
+        json.dumps({**saved, "is_local": True, "local_files_only": False})
+    )
+    loaded = ElmoTokenizer.from_pretrained(tmp_path / "again")
+    assert loaded.max_characters_per_token == 30
+    loaded.save_pretrained(tmp_path / "third")
+    resaved = json.loads((tmp_path / "third" / "tokenizer_config.json").read_text())
+    assert resaved == saved
+
+
+def test_convert_ids_to_tokens_takes_tensors_and_arrays_as_lists():
+    """As transformers' tokenizers take a tensor: a row of `input_ids` `(positions, characters)` gives each
+    position's symbols, as the nested list does; a 0-d tensor gives one symbol."""
+    tokenizer = ElmoTokenizer(max_characters_per_token=6)
+    rows = tokenizer(["ab c"], return_tensors="pt")["input_ids"][0]
+    as_lists = tokenizer.convert_ids_to_tokens(rows.tolist())
+    assert as_lists[1] == ["<bow>", "a", "b", "<eow>", "<pad>", "<pad>"]
+    assert tokenizer.convert_ids_to_tokens(rows) == as_lists == tokenizer.convert_ids_to_tokens(rows.numpy())
+    assert tokenizer.convert_ids_to_tokens(rows[1]) == as_lists[1]
+    assert tokenizer.convert_ids_to_tokens(rows[1, 1]) == "a"
+    assert tokenizer.convert_ids_to_tokens(rows, skip_special_tokens=True) == [[], ["a", "b"], ["c"], []]
+
+
 @pytest.mark.parametrize(
     "call, error, message",
     [
