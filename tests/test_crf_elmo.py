@@ -5,8 +5,9 @@ import itertools
 import pytest
 import torch
 from torch.nn import functional as F
+from utils import FLOAT32_TOLERANCE
 
-from hf_elmo.crf_elmo import ConditionalRandomField, allowed_transitions
+from hf_elmo.crf_elmo import ConditionalRandomField, allowed_transitions, label_prefix_and_type
 
 NUM_LABELS = 3
 # Rows of different valid lengths (0 to 5), valid positions as a prefix, behind a first invalid one (as words behind
@@ -155,6 +156,28 @@ def test_float32_loss_matches_float64():
     torch.testing.assert_close(loss.double(), crf(emissions, labels), atol=1e-5, rtol=1e-5)
 
 
+def test_the_mean_loss_over_a_single_token_is_its_negative_log_likelihood():
+    """One labelled token, first in its row: the loss divides by one position, and its end transition is that of the
+    token's own label (not of the position after it)."""
+    crf = random_crf()
+    torch.manual_seed(7)
+    emissions = torch.randn(1, 4, NUM_LABELS, dtype=torch.float64)
+    labels = torch.tensor([[2, -100, -100, -100]])
+    scores = crf.start_transitions + emissions[0, 0] + crf.end_transitions
+    torch.testing.assert_close(crf(emissions, labels), scores.logsumexp(dim=0) - scores[2], atol=1e-12, rtol=0)
+
+
+def test_bfloat16_emissions_are_scored_in_float32():
+    """bfloat16 emissions (a head under autocast) give the float32 loss of the same values, not one in bfloat16."""
+    crf = random_crf().float()
+    emissions, mask = random_case()
+    labels = emissions.argmax(dim=-1).masked_fill(~mask, -100)
+    emissions = emissions.to(torch.bfloat16)
+    loss = crf(emissions, labels)
+    assert loss.dtype == torch.float32
+    torch.testing.assert_close(loss, crf(emissions.float(), labels), atol=FLOAT32_TOLERANCE, rtol=FLOAT32_TOLERANCE)
+
+
 BIO_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "B-LOC", 4: "I-LOC"}
 BIOES_LABELS = {0: "O", 1: "B-PER", 2: "I-PER", 3: "E-PER", 4: "S-PER", 5: "S-LOC"}
 
@@ -181,6 +204,29 @@ def test_bioes_transitions():
     expected |= {(a, b) for a in ["O", "E-PER", "S-PER", "S-LOC"] for b in [*outside, "END"]}
     expected |= {(a, b) for a in ["B-PER", "I-PER"] for b in ["I-PER", "E-PER"]}
     assert named_transitions("BIOES", BIOES_LABELS) == expected
+
+
+def test_labels_split_at_their_first_dash():
+    """`O` alone is outside every entity; otherwise the prefix is what comes before the first dash, so that an entity
+    type may hold dashes (`B-WORK-OF-ART`)."""
+    assert label_prefix_and_type("O", "BIO") == ("O", "")
+    assert label_prefix_and_type("B-WORK-OF-ART", "BIOES") == ("B", "WORK-OF-ART")
+    assert label_prefix_and_type("I-PER", "BIO") == ("I", "PER")
+    id2label = {0: "O", 1: "B-WORK-OF-ART", 2: "I-WORK-OF-ART"}
+    assert named_transitions("BIO", id2label) >= {("B-WORK-OF-ART", "I-WORK-OF-ART"), ("O", "B-WORK-OF-ART")}
+
+
+def test_the_loss_does_not_apply_the_constraint():
+    """The loss scores every sequence, as without the constraint: a gold sequence the scheme forbids (I-PER after O,
+    as IOB1 data has) costs a finite loss, that of the unconstrained CRF with the same parameters."""
+    allowed = allowed_transitions("BIO", BIO_LABELS)
+    constrained, free = random_crf(len(BIO_LABELS), allowed), random_crf(len(BIO_LABELS))
+    torch.manual_seed(8)
+    emissions = torch.randn(2, 4, len(BIO_LABELS), dtype=torch.float64)
+    labels = torch.tensor([[0, 2, 2, 0], [1, 2, 0, -100]])  # the first row breaks BIO, the second does not
+    loss = constrained(emissions, labels)
+    assert torch.isfinite(loss)
+    torch.testing.assert_close(loss, free(emissions, labels), atol=1e-12, rtol=0)
 
 
 @pytest.mark.parametrize(
