@@ -112,3 +112,96 @@ def test_the_scripts_are_all_walked():
     """A new script with a `__main__` line is walked without an edit here; these are the ones there are now."""
     assert {"examples/run_qa.py", "examples/nsmc/bundle.py", "examples/korquad/prepare_korquad.py"} <= set(SCRIPTS)
     assert "conversion/convert_allennlp_elmo.py" in SCRIPTS
+
+
+# -- the failures of the second campaign, reproduced ------------------------------------------------------------------
+
+QUIET = ["--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0", "--use_cpu"]
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory) -> Path:
+    """A random tiny `ElmoModel` folder with its tokenizer."""
+    import torch
+    from utils import tiny_config
+
+    from hf_elmo import ElmoModel, ElmoTokenizer
+
+    folder = tmp_path_factory.mktemp("base")
+    torch.manual_seed(0)
+    ElmoModel(tiny_config()).save_pretrained(folder)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(folder)
+    return folder
+
+
+def run_script(script: str, arguments: list, monkeypatch, capsys) -> tuple[int, str]:
+    """`python SCRIPT ARGUMENTS` in this process, offline: its exit status and its stderr."""
+    path = ROOT / script
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.syspath_prepend(str(path.parent))
+    monkeypatch.setattr(sys, "argv", [str(path), *map(str, arguments)])
+    capsys.readouterr()
+    with pytest.raises(SystemExit) as exit:
+        runpy.run_path(str(path), run_name="__main__")
+    return exit.value.code, capsys.readouterr().err
+
+
+def last_error_line(stderr: str, prog: str) -> str:
+    """The `PROG: error: ` line ending `stderr` (the libraries may have logged above it), with no traceback."""
+    assert "Traceback" not in stderr, stderr
+    last = stderr.strip().splitlines()[-1]
+    assert last.startswith(f"{prog}: error: "), stderr
+    return last.removeprefix(f"{prog}: error: ")
+
+
+def test_pretrain_onto_a_full_disk_is_one_line_at_the_vocabulary(tmp_path, monkeypatch, capsys):
+    """A tmpfs that fills up while `pretrain` writes its vocabulary: a traceback at `save_vocabulary` before."""
+    from hf_elmo import ElmoTokenizer
+
+    def full_disk(self, save_directory, filename_prefix=None):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(Path(save_directory) / "vocab.txt"))
+
+    monkeypatch.setattr(ElmoTokenizer, "save_vocabulary", full_disk)
+    (tmp_path / "train.txt").write_text("a b c\nb c d\n" * 8, encoding="utf-8")
+    argv = ["pretrain", "--train-file", tmp_path / "train.txt", "--validation-file", tmp_path / "train.txt"]
+    argv += ["--output-dir", tmp_path / "out", "--preset", "tiny"]
+    assert main([*map(str, argv), "--max-steps", "1", "--report-to", "none"]) == 1
+    line = last_error_line(capsys.readouterr().err, "hf-elmo")
+    assert os.strerror(errno.ENOSPC) in line and str(tmp_path / "out") in line, line
+    assert not (tmp_path / "out").exists()
+
+
+def test_ctrl_c_while_run_classification_trains_is_one_line_and_status_130(base_model, tmp_path, monkeypatch, capsys):
+    from transformers import Trainer
+
+    def interrupted(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "train", interrupted)
+    rows = "".join(f"a good movie {i},pos\na bad movie {i},neg\n" for i in range(4))
+    (tmp_path / "train.csv").write_text("text,label\n" + rows, encoding="utf-8")
+    arguments = ["--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv", "--do_train"]
+    code, stderr = run_script(
+        "examples/run_classification.py", [*arguments, "--output_dir", tmp_path / "out", *QUIET], monkeypatch, capsys
+    )
+    assert code == 130
+    assert last_error_line(stderr, "run_classification.py") == "interrupted"
+
+
+def test_run_qa_with_a_stride_its_windows_cannot_take_is_one_line(base_model, tmp_path, monkeypatch, capsys):
+    import json
+
+    context = "Ada lives in Paris and Bob lives in Rome today while Eve stays in Oslo"
+    question = {
+        "id": "q",
+        "question": "Where does the woman called Ada live these days ?",
+        "answers": [{"text": "Paris", "answer_start": 13}],
+    }
+    article = {"title": "t", "paragraphs": [{"context": context, "qas": [question]}]}
+    data = tmp_path / "train.json"
+    data.write_text(json.dumps({"version": "test", "data": [article]}), encoding="utf-8")
+    arguments = ["--model_name_or_path", base_model, "--train_file", data, "--do_train"]
+    arguments += ["--max_length", 14, "--stride", 3, "--output_dir", tmp_path / "out", *QUIET]
+    code, stderr = run_script("examples/run_qa.py", arguments, monkeypatch, capsys)
+    assert code == 2, stderr
+    assert last_error_line(stderr, "run_qa.py").startswith("max_length=14 leaves no room")
