@@ -274,10 +274,23 @@ def pretrain_command(argv: list[str]) -> int:
     return 0
 
 
-def quickstart_command(args) -> int:
-    from .quickstart import run
+def push_command(args) -> int:
+    from .publishing import publish_folder
 
-    run(args.plot)
+    transformers_logging.disable_progress_bar()  # bars for loading and writing the weights are noise
+    commit = publish_folder(args.model, args.repo_id, private=args.private)
+    print(f"uploaded {args.model} to {args.repo_id}: {commit}")
+    return 0
+
+
+def quickstart_command(args) -> int:
+    from .quickstart import HOMONYMS, read_homonym, run
+
+    try:  # the user's file, read before the model loads
+        homonyms = HOMONYMS if args.word is None else [read_homonym(args.sentences, args.word)]
+    except ValueError as error:
+        raise CommandError(first_line(error)) from error
+    run(args.plot, model=args.model, homonyms=homonyms)
     return 0
 
 
@@ -287,6 +300,7 @@ COMMANDS = {
     "export": export_command,
     "info": info_command,
     "pretrain": pretrain_command,
+    "push": push_command,
     "quickstart": quickstart_command,
 }
 

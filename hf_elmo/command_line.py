@@ -180,6 +180,18 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
     )
     export.add_argument("--model-dir", required=True, help="an hf_elmo model folder or a bundled model (ko-nsmc)")
 
+    push = commands.add_parser(
+        "push",
+        prog=progs.get("push"),
+        help="upload a model folder or a bundled model to the Hub, complete: with the code files and auto_map that "
+        "load it by id where hf_elmo is not installed",
+    )
+    push.add_argument("model", help="model folder or bundled model (ko-nsmc, ko-nsmc-sentiment)")
+    push.add_argument(
+        "repo_id", metavar="REPO_ID", help="the Hub repository (NAMESPACE/NAME); made if it does not exist"
+    )
+    push.add_argument("--private", action="store_true", help="create the Hub repository as private")
+
     info = commands.add_parser(
         "info", prog=progs.get("info"), help="print a model's sizes, layers, parameter count and dtype"
     )
@@ -204,6 +216,18 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
         help="where the picture goes (default quickstart-bae.png, in the working directory)",
     )
     pictures.add_argument("--no-plot", dest="plot", action="store_const", const=None, help="draw no picture")
+    quickstart.add_argument(
+        "--model",
+        help="run the comparison alone on this biLM (a folder, bundled model or Hub id) instead of ko-nsmc, on the "
+        "bundled homonyms unless --word and --sentences name another",
+    )
+    quickstart.add_argument("--word", help="the homonym to compare, a unit of the biLM's tokenizer (with --sentences)")
+    quickstart.add_argument(
+        "--sentences",
+        metavar="FILE",
+        help="the senses of --word: a UTF-8 text file of SENSE<TAB>SENTENCE lines, two senses or more, each in two "
+        "sentences or more",
+    )
 
     # Parsed by hf_elmo.pretraining's own parser (see parse_command); listed here for `hf-elmo --help`.
     commands.add_parser(
@@ -215,7 +239,9 @@ def build_parser(progs: dict[str, str] | None = None) -> argparse.ArgumentParser
 def missing_path(args: argparse.Namespace) -> str | None:
     """The one-line error for an input file, model path or package on the command line that does not exist, or
     None."""
-    if args.command == "quickstart" and importlib.util.find_spec("kiwipiepy") is None:  # found, not imported
+    if args.command == "quickstart" and args.sentences is not None and not Path(args.sentences).is_file():
+        return f"no such file for --sentences: {args.sentences}"
+    if args.command == "quickstart" and args.model is None and importlib.util.find_spec("kiwipiepy") is None:
         return 'the quickstart needs the korean extra (kiwipiepy, Korean morphemes): pip install "kiwipiepy>=0.21"'
     if args.command == "quickstart" and args.plot is not None and not Path(args.plot).parent.is_dir():
         return f"no such folder for --plot: {Path(args.plot).parent}"
@@ -249,6 +275,8 @@ def usage_error(args: argparse.Namespace) -> str | None:
     number of `--mix` weights is checked against the config of a local folder or bundled model here, before anything
     loads (against a Hub model's, by the command once it has the config).
     """
+    if args.command == "quickstart" and (args.word is None) != (args.sentences is None):
+        return "--word and --sentences go together: the homonym and the file of its senses"
     if args.command != "embed":
         return None
     for flag in ("--batch-size", "--max-words", "--max-line-length"):

@@ -827,3 +827,47 @@ def test_a_cpu_matmul_the_config_does_not_know_is_an_argument_error(model_dir, t
     names = ", ".join(CPU_MATMULS)
     assert capsys.readouterr().err == f"hf-elmo: error: --cpu-matmul must be one of {names}, got 'mkl'\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+
+
+def test_push_uploads_a_bundled_model_complete_and_a_bad_id_is_one_line(stand_in_hub, capsys):
+    """`hf-elmo push` through the stand-in Hub: the repository made private, holding the code and `auto_map` that
+    load it by id without hf_elmo; an id the Hub cannot take is one line, exit status 1."""
+    assert main(["push", "ko-nsmc", "someone/ko-nsmc", "--private"]) == 0
+    assert "uploaded ko-nsmc to someone/ko-nsmc: " in capsys.readouterr().out
+    assert "someone/ko-nsmc" in stand_in_hub.private
+    files = {file.name: file for file in stand_in_hub.files("someone/ko-nsmc")}
+    assert "modeling_elmo.py" in files
+    assert "AutoModel" in json.loads(files["config.json"].read_text(encoding="utf-8"))["auto_map"]
+    assert main(["push", "ko-nsmc", "bad id!"]) == 1
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("hf-elmo: error: bad id! "), lines
+
+
+def test_quickstart_options_reach_the_comparison_and_are_checked_before_it(tmp_path, monkeypatch, capsys):
+    """`--model` runs the bundled homonyms on that biLM, `--word` with `--sentences` the user's homonym (read by
+    `quickstart.read_homonym` before the model loads); one without the other, a file that does not exist or does
+    not hold two senses is one line. (`quickstart.run` itself is tested in test_quickstart.py: a spy here.)"""
+    import hf_elmo.quickstart
+
+    calls = []
+    monkeypatch.setattr(hf_elmo.quickstart, "run", lambda plot, model=None, homonyms=None: calls.append(locals()))
+    senses = tmp_path / "senses.txt"
+    senses.write_text("boat\tthe boat sank\nboat\ta boat sailed\nbat\ta bat flew\nbat\tthe bat slept\n", "utf-8")
+    assert main(["quickstart", "--no-plot", "--model", "ko-nsmc"]) == 0
+    assert calls[-1]["model"] == "ko-nsmc" and calls[-1]["homonyms"] == hf_elmo.quickstart.HOMONYMS
+    assert main(["quickstart", "--no-plot", "--model", "ko-nsmc", "--word", "boat", "--sentences", str(senses)]) == 0
+    assert calls[-1]["homonyms"] == [hf_elmo.quickstart.read_homonym(senses, "boat")]
+    (tmp_path / "one.txt").write_text("boat\tthe boat sank\nboat\ta boat sailed\n", encoding="utf-8")
+    mistakes = {
+        ("--word", "boat"): (2, "--word and --sentences go together"),
+        ("--sentences", str(senses)): (2, "--word and --sentences go together"),
+        ("--word", "boat", "--sentences", str(tmp_path / "no.txt")): (1, "no such file for --sentences"),
+        ("--word", "boat", "--sentences", str(tmp_path / "one.txt")): (1, f"{tmp_path / 'one.txt'}: give two senses"),
+    }
+    count = len(calls)
+    for arguments, (code, start) in mistakes.items():
+        capsys.readouterr()
+        assert main(["quickstart", "--no-plot", "--model", "ko-nsmc", *arguments]) == code, arguments
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith(f"hf-elmo: error: {start}"), (arguments, lines)
+    assert len(calls) == count  # no comparison ran
