@@ -8,7 +8,8 @@ the console script, runs the parsed command. What a model name stands for is `hf
 imported and before anything is read or written, as are the options of `embed` that cannot apply (`usage_error`: a
 count below 1, `--mix` weights that are not numbers, or not one per layer of a local model's `config.json`). They
 wait for `import hf_elmo`, which registers ELMo with the Auto classes (seconds: benchmarks/RESULTS.md, "Command
-start-up"); this module imports nothing from the package but `hf_elmo.model_names`. `hf-elmo` and `python -m
+start-up"); this module imports nothing from the package but `hf_elmo.model_names` and `hf_elmo.text_files` (why an
+input cannot be read, as `embed` says it). `hf-elmo` and `python -m
 hf_elmo.cli` (the form `torchrun` and `accelerate launch` take) are the same `hf_elmo.cli.main`. `hf-elmo pretrain`
 is parsed by transformers' `HfArgumentParser` over `TrainingArguments`; only its text files are checked here.
 """
@@ -23,6 +24,7 @@ import sys
 from pathlib import Path
 
 from .model_names import is_path_only, local_model_folder
+from .text_files import unreadable_reason
 
 # The compute dtypes of `embed` (torch's names).
 DTYPE_NAMES = ("bfloat16", "float16", "float32")
@@ -247,8 +249,10 @@ def missing_path(args: argparse.Namespace) -> str | None:
         return f"no such folder for --plot: {Path(args.plot).parent}"
     if args.command == "embed" and Path(args.input).is_dir():
         return f"{args.input} is a folder; embed reads a text file"
-    if args.command == "embed" and not Path(args.input).is_file():
+    if args.command == "embed" and not Path(args.input).exists():
         return f"no such input file: {args.input}"
+    if args.command == "embed" and (reason := unreadable_reason(args.input)):  # a named pipe, no read permission
+        return f"cannot read {args.input}: {reason}"
     if args.command == "embed" and Path(args.output).exists():  # the command says the same after its lock
         return (
             f"{Path(args.output)} exists"

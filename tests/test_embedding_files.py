@@ -698,13 +698,9 @@ def test_an_input_without_read_permission_is_one_line_and_nothing_is_written(mod
     assert sorted(p.name for p in tmp_path.iterdir()) == ["in.txt"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="command_line.missing_path says 'no such input file' for any input that is no regular file, before embed "
-    "can name it (text_files.unreadable_reason does; the launcher runs command_line without the package)",
-)
 def test_a_named_pipe_as_input_is_named_as_one_without_waiting(model_dir, tmp_path, capsys):
-    """A FIFO given as input was "no such input file": it exists. Opening it would wait for a writer."""
+    """A FIFO given as input was "no such input file": it exists. Opening it would wait for a writer. Answered by the
+    command line (`command_line.missing_path`, in `text_files.unreadable_reason`'s words), before a model loads."""
     fifo = tmp_path / "in.fifo"
     os.mkfifo(fifo)
     capsys.readouterr()
