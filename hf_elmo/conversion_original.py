@@ -20,7 +20,7 @@ import torch
 
 from .configuration_elmo import ElmoConfig
 from .errors import ElmoConversionError, first_line
-from .folders import WRITE_ADVICE, atomic_directory, write_error
+from .folders import WRITE_ADVICE, atomic_directory, create_exclusively, write_error
 from .loading import load_model
 from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
@@ -45,7 +45,8 @@ def _h5py():
 
 
 def resolve_file(path_or_url: str | os.PathLike, cache_dir: str | os.PathLike | None = None) -> Path:
-    """A local path as is; an http(s) URL downloaded once (with a progress bar) into `cache_dir`."""
+    """A local path as is; an http(s) URL downloaded once (with a progress bar) into `cache_dir`, through
+    `NAME.part` (a new file of this call's own: a link there is refused, never followed), renamed once whole."""
     text = str(path_or_url)
     if not text.startswith(("http://", "https://")):
         path = Path(text)
@@ -61,7 +62,10 @@ def resolve_file(path_or_url: str | os.PathLike, cache_dir: str | os.PathLike | 
     partial = target.with_name(target.name + ".part")
     try:
         cache.mkdir(parents=True, exist_ok=True)
-        with urllib.request.urlopen(text, timeout=30) as response, open(partial, "wb") as out:
+        with (
+            urllib.request.urlopen(text, timeout=30) as response,
+            create_exclusively(partial, "partial download") as out,
+        ):
             from tqdm.auto import tqdm
 
             total = int(response.headers.get("Content-Length") or 0) or None

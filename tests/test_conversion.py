@@ -223,17 +223,37 @@ def test_a_download_the_cache_cannot_keep_names_the_full_disk(tmp_path, monkeypa
     class Response(io.BytesIO):
         headers = {"Content-Length": "4"}
 
-    def full_disk_open(path, mode="r", *args, **kwargs):
+    def full_disk_create(path, what):
         raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
 
     monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Response(b"abcd"))
-    monkeypatch.setattr(conversion_original, "open", full_disk_open, raising=False)
+    monkeypatch.setattr(conversion_original, "create_exclusively", full_disk_create)
     with pytest.raises(ElmoConversionError) as raised:
         resolve_file("https://example.com/weights.hdf5", cache_dir=tmp_path)
     assert str(raised.value) == (
         f"cannot write {tmp_path / 'weights.hdf5.part'}: No space left on device; free some space and run again"
     )
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_link_where_the_partial_download_would_be_is_refused_and_what_it_names_is_unchanged(tmp_path, monkeypatch):
+    """`ln -s mine weights.hdf5.part` in the cache: the download is refused in one line before a byte is written, the
+    link is not followed and the user's file keeps its bytes. (`urlopen` is a double: no network here.)"""
+
+    class Response(io.BytesIO):
+        headers = {"Content-Length": "4"}
+
+    mine, cache = tmp_path / "mine.bin", tmp_path / "cache"
+    mine.write_bytes(b"the user's own bytes")
+    cache.mkdir()
+    link = cache / "weights.hdf5.part"
+    link.symlink_to(mine)
+    monkeypatch.setattr(urllib.request, "urlopen", lambda url, timeout: Response(b"abcd"))
+    with pytest.raises(ElmoConversionError) as raised:
+        resolve_file("https://example.com/weights.hdf5", cache_dir=cache)
+    assert f"{link} is a link (to {mine})" in str(raised.value) and "\n" not in str(raised.value)
+    assert mine.read_bytes() == b"the user's own bytes" and link.is_symlink()
+    assert sorted(path.name for path in cache.iterdir()) == ["weights.hdf5.part"]
 
 
 def test_script_reports_errors_without_traceback(tmp_path):
