@@ -1,6 +1,8 @@
 """What the fine-tuning examples share: their command line, what a run settles before any model loads (which of
 training, evaluation and prediction it runs, its data files, the model it starts from, the folder it writes), and
-that output folder, which appears complete or not at all.
+that output folder, which appears complete or not at all and holds no checkpoint: the Trainer's checkpoints (with
+their optimizer state) are kept beside it, in `OUTPUT.checkpoints/`, so that the folder is the model alone, ready for
+the Hub.
 
 Every mistake of the command line or the data files ends the script before any model loads, with one line
 (`run_classification.py: error: ...`) and exit status 2, as argparse does: the checks raise [`UsageError`], which
@@ -9,6 +11,7 @@ Every mistake of the command line or the data files ends the script before any m
 
 import contextlib
 import logging
+import os
 import shutil
 import sys
 from collections.abc import Iterator
@@ -22,6 +25,7 @@ from accelerate import PartialState
 from datasets import Dataset, load_dataset
 from datasets.exceptions import DatasetGenerationError
 from transformers import HfArgumentParser, TrainingArguments, set_seed
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_elmo.configuration_elmo import ElmoConfig, field_rule
 from hf_elmo.errors import ElmoConversionError, first_line
@@ -235,6 +239,12 @@ def check_output_dir(training_args: TrainingArguments, overwrite: bool, model_na
     output_dir = Path(training_args.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
         raise UsageError(f"--output_dir {output_dir} is a file")
+    checkpoints = checkpoints_folder(output_dir.resolve())
+    if os.path.lexists(checkpoints) and not overwrite:
+        raise UsageError(
+            f"{checkpoints} exists, the checkpoints of an earlier run into --output_dir {output_dir} "
+            "(pass --overwrite_output_dir to replace them)"
+        )
     if not output_dir.is_dir() or not any(output_dir.iterdir()):
         return
     if not overwrite:
@@ -245,11 +255,35 @@ def check_output_dir(training_args: TrainingArguments, overwrite: bool, model_na
         raise UsageError(f"--output_dir {output_dir} is the model folder: without --do_train, give another folder")
 
 
+def checkpoints_folder(output_dir: Path) -> Path:
+    """Where a run into `output_dir` keeps the Trainer's checkpoints: `OUTPUT.checkpoints/` beside it, never inside
+    the folder published (a checkpoint holds the optimizer's state, half of its size)."""
+    return output_dir.with_name(f"{output_dir.name}.checkpoints")
+
+
+def move_checkpoints(staging: Path, checkpoints: Path) -> None:
+    """
+    The Trainer's `checkpoint-N/` folders, saved in `staging` (its `output_dir` while the run trains), moved to
+    `checkpoints` before `staging` becomes the output folder. What an earlier run left there (which
+    `--overwrite_output_dir` allowed, `check_output_dir`) is replaced; `checkpoints` is made by
+    `folders.make_new_folder` (a link there is refused, never followed), and removed again where this run saved none.
+    """
+    saved = sorted(path for path in staging.glob(f"{PREFIX_CHECKPOINT_DIR}-*") if path.is_dir())
+    if not saved and not os.path.lexists(checkpoints):
+        return
+    make_new_folder(checkpoints, "checkpoints folder")
+    for checkpoint in saved:
+        os.rename(checkpoint, checkpoints / checkpoint.name)  # the same parent folder: renamed, not copied
+    if not saved:
+        checkpoints.rmdir()
+
+
 @contextlib.contextmanager
 def output_written_whole(training_args: TrainingArguments, output_lock: OutputLock | None) -> Iterator[Path]:
     """
     Points `training_args.output_dir` at a staging folder beside it (`.NAME.partial`) while the block runs; when it
-    ends without error, the staging folder becomes the output folder, replacing any there. On any error it is removed
+    ends without error, the Trainer's checkpoints are moved out of it (`move_checkpoints`, to `OUTPUT.checkpoints/`)
+    and the staging folder becomes the output folder, replacing any there. On any error it is removed
     and the output folder is left as it was; a failed write (a full disk, a read-only folder: `folders.write_error`)
     ends the script in one line, exit status 1. Then `output_lock`, the run's hold on the output folder
     (`ExampleRun`), is released.
@@ -271,6 +305,7 @@ def output_written_whole(training_args: TrainingArguments, output_lock: OutputLo
         yield staging
         PartialState().wait_for_everyone()  # every process has written its files
         if training_args.should_save:
+            move_checkpoints(staging, checkpoints_folder(output_dir))
             apply_umask(staging)
             replace_folder(staging, output_dir)
     except Exception as error:

@@ -340,12 +340,13 @@ def in_process(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))
 
-    def run(script: str, arguments: list, capsys) -> tuple[int, str]:
+    def run(script: str, arguments: list, capsys, after_quiet: tuple = ()) -> tuple[int, str]:
+        """`after_quiet`: options that override QUIET's (`--save_strategy steps`)."""
         module = import_example(script.removesuffix(".py"))
         monkeypatch.setattr(sys, "argv", [script])
         capsys.readouterr()
         try:
-            module.main([*map(str, arguments), *QUIET])
+            module.main([*map(str, arguments), *QUIET, *map(str, after_quiet)])
             code = 0
         except SystemExit as exit:
             code = exit.code
@@ -516,6 +517,81 @@ def test_a_link_where_the_staging_folder_would_be_is_refused_and_what_it_names_i
         f"run_classification.py: error: cannot write {output_dir}: {link} is a link (to {mine}) where hf_elmo makes "
         "its staging folder; it was not followed and nothing was written through it: remove the link and run again"
     )
+    assert [path.name for path in mine.iterdir()] == ["keep.txt"] and link.is_symlink() and not output_dir.exists()
+
+
+def training_data(script: str, folder: Path) -> Path:
+    """A small training file of the script's kind."""
+    if script == "run_classification.py":
+        write_sentences(folder / "train.csv", 8, seed=0)
+        return folder / "train.csv"
+    write_conll(folder / "train.conll", tagged_sentences(8, seed=0))
+    return folder / "train.conll"
+
+
+SAVING = ("--save_strategy", "steps", "--save_steps", "1")
+
+
+@pytest.mark.parametrize("script", ["run_classification.py", "run_token_classification.py"])
+def test_checkpoints_are_kept_beside_the_output_folder_never_in_it(base_model, tmp_path, in_process, capsys, script):
+    """The folder called ready for the Hub holds no checkpoint and no optimizer state: the Trainer's checkpoints are
+    in `OUTPUT.checkpoints/`, whole."""
+    output_dir = tmp_path / "out"
+    arguments = ["--model_name_or_path", base_model, "--train_file", training_data(script, tmp_path), "--do_train"]
+    arguments += ["--max_steps", "2", "--output_dir", output_dir]
+    code, stderr = in_process(script, arguments, capsys, after_quiet=SAVING)
+    assert code == 0, stderr
+    published = [path.relative_to(output_dir).as_posix() for path in output_dir.rglob("*")]
+    assert "model.safetensors" in published
+    assert not [name for name in published if name.startswith("checkpoint-") or name.endswith("optimizer.pt")]
+    checkpoints = tmp_path / "out.checkpoints"
+    assert sorted(path.name for path in checkpoints.iterdir()) == ["checkpoint-1", "checkpoint-2"]
+    assert (checkpoints / "checkpoint-2" / "optimizer.pt").is_file()
+    assert (checkpoints / "checkpoint-2" / "trainer_state.json").is_file()
+    assert sorted(path.name for path in tmp_path.iterdir() if path.name.startswith(".")) == []
+
+
+def test_an_earlier_runs_checkpoints_are_replaced_only_with_overwrite_output_dir(
+    base_model, tmp_path, in_process, capsys
+):
+    data = training_data("run_classification.py", tmp_path)
+    checkpoints = tmp_path / "out.checkpoints"
+    (checkpoints / "checkpoint-10").mkdir(parents=True)
+    (checkpoints / "checkpoint-10" / "optimizer.pt").write_bytes(b"an earlier run's")
+    arguments = ["--model_name_or_path", base_model, "--train_file", data, "--do_train", "--max_steps", "1"]
+    arguments += ["--output_dir", tmp_path / "out"]
+    code, stderr = in_process("run_classification.py", arguments, capsys, after_quiet=SAVING)
+    assert (code, stderr) == (
+        2,
+        f"run_classification.py: error: {checkpoints} exists, the checkpoints of an earlier run into --output_dir "
+        f"{tmp_path / 'out'} (pass --overwrite_output_dir to replace them)\n",
+    )
+    assert (checkpoints / "checkpoint-10" / "optimizer.pt").read_bytes() == b"an earlier run's"
+    code, stderr = in_process(
+        "run_classification.py", [*arguments, "--overwrite_output_dir"], capsys, after_quiet=SAVING
+    )
+    assert code == 0, stderr
+    assert [path.name for path in checkpoints.iterdir()] == ["checkpoint-1"]
+    # A run that saves no checkpoint leaves none of the earlier run's beside the folder it replaces.
+    code, stderr = in_process("run_classification.py", [*arguments, "--overwrite_output_dir"], capsys)
+    assert code == 0, stderr
+    assert not checkpoints.exists() and (tmp_path / "out" / "model.safetensors").is_file()
+
+
+def test_a_link_where_the_checkpoints_would_go_is_refused_and_what_it_names_is_unchanged(
+    base_model, tmp_path, in_process, capsys
+):
+    """`ln -s mine out.checkpoints`: even with --overwrite_output_dir, it ends in one line, exit status 1, the link
+    not followed, the user's folder as it was and no output folder made."""
+    mine, link, output_dir = tmp_path / "mine", tmp_path / "out.checkpoints", tmp_path / "out"
+    mine.mkdir()
+    (mine / "keep.txt").write_text("kept")
+    link.symlink_to(mine)
+    arguments = ["--model_name_or_path", base_model, "--train_file", training_data("run_classification.py", tmp_path)]
+    arguments += ["--do_train", "--max_steps", "1", "--output_dir", output_dir, "--overwrite_output_dir"]
+    code, _ = in_process("run_classification.py", arguments, capsys, after_quiet=SAVING)
+    assert isinstance(code, str) and code.startswith(f"run_classification.py: error: cannot write {output_dir}: ")
+    assert f"{link} is a link (to {mine})" in code and "\n" not in code
     assert [path.name for path in mine.iterdir()] == ["keep.txt"] and link.is_symlink() and not output_dir.exists()
 
 
