@@ -28,10 +28,6 @@ from .model_names import is_path_only
 from .modeling_elmo import AUTO_CLASSES, ElmoHeadModel, ElmoModel, ElmoPreTrainedModel
 from .tokenization_elmo import TOKENIZER_CONFIG_FILE, ElmoTokenizer, check_tokenizer
 
-# The classes a folder's `config.architectures` may name that `load_model` loads as named, where no class is given:
-# the task heads. Any other ELMo folder (`ElmoModel`, `ElmoForPreTraining`) loads as its biLM, `ElmoModel`: a
-# pre-training softmax serves pre-training alone, which asks for `ElmoForPreTraining` by name.
-HEADS = {model.__name__: model for model in AUTO_CLASSES.values() if issubclass(model, ElmoHeadModel)}
 # Weights that transformers would load by unpickling them (`pytorch_model.bin` and its shards): never loaded here.
 PICKLED_WEIGHTS = "*.bin"
 
@@ -163,7 +159,7 @@ def load_model(
 ) -> ElmoPreTrainedModel:
     """
     The model `name` names (`resolve_model_name(name, hub)`) as `model_class`, by default the head its
-    `config.architectures` names (`HEADS`), else `ElmoModel`; loaded by `from_pretrained` with
+    `config.architectures` names (`registered_heads`), else `ElmoModel`; loaded by `from_pretrained` with
     `from_pretrained_kwargs` (e.g. `dtype`, config fields), in eval mode, and moved to `device` if given. A model
     that cannot be found or loaded is a one-line `ValueError`.
     """
@@ -233,13 +229,24 @@ def read_weights_with_prefix(name: str | os.PathLike, prefix: str, *, hub: bool 
     return weights
 
 
+def registered_heads() -> dict[str, type[ElmoHeadModel]]:
+    """
+    The classes a folder's `config.architectures` may name that `load_model` loads as named, where no class is given:
+    the task heads registered in `AUTO_CLASSES`, read at each call so that a head registered after this module was
+    imported is found. Any other ELMo folder (`ElmoModel`, `ElmoForPreTraining`) loads as its biLM, `ElmoModel`: a
+    pre-training softmax serves pre-training alone, which asks for `ElmoForPreTraining` by name.
+    """
+    return {model.__name__: model for model in AUTO_CLASSES.values() if issubclass(model, ElmoHeadModel)}
+
+
 def _from_pretrained(
     path: str, model_class: type[ElmoPreTrainedModel] | None, device, from_pretrained_kwargs: dict
 ) -> ElmoPreTrainedModel:
     """`load_model` once the name is resolved to `path`."""
     if model_class is None:
         architectures = ElmoConfig.from_pretrained(path).architectures or []
-        model_class = next((HEADS[name] for name in architectures if name in HEADS), ElmoModel)
+        heads = registered_heads()
+        model_class = next((heads[name] for name in architectures if name in heads), ElmoModel)
     model = model_class.from_pretrained(path, **from_pretrained_kwargs)  # in eval mode, as transformers loads it
     return model if device is None else model.to(device)
 

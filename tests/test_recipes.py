@@ -17,7 +17,7 @@ from transformers.modeling_outputs import SequenceClassifierOutput
 from utils import FLOAT32_TOLERANCE, random_batch, require, spy_on_kernels, tiny_config
 
 import hf_elmo
-from hf_elmo import ElmoModel, ElmoTokenizer, kernels_elmo, loading
+from hf_elmo import ElmoModel, ElmoTokenizer, kernels_elmo
 from hf_elmo.cli import main
 from hf_elmo.modeling_elmo import AUTO_CLASSES, ElmoHeadModel, conv_max_pooled, word_positions
 
@@ -73,9 +73,6 @@ def registered_head(monkeypatch):
     registration left in transformers' tables after the test gives no other test this class.
     """
     monkeypatch.setitem(AUTO_CLASSES, "AutoModelForMultipleChoice", ElmoForEmphasisedClassification)
-    # `loading.HEADS` is read from `AUTO_CLASSES` once, when loading.py is imported, so a head registered after that
-    # is not seen by `load_model` (reported: loading.py should read `AUTO_CLASSES` on each call).
-    monkeypatch.setitem(loading.HEADS, ElmoForEmphasisedClassification.__name__, ElmoForEmphasisedClassification)
     hf_elmo.register_auto_classes()
     return ElmoForEmphasisedClassification
 
