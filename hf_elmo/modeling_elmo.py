@@ -33,6 +33,7 @@ from .kernels_elmo import (
     ALL_TASK_BILSTMS,
     choose_path,
 )
+from .model_names import local_model_folder
 from .sentence_vectors import sentence_vectors
 from .weight_checks import refuse_unloaded_bilm_weights
 
@@ -546,6 +547,19 @@ class ElmoPreTrainedModel(PreTrainedModel):
             "ELMo reads a fixed alphabet of character ids (bytes: 262 ids, 256 bytes, 5 markers, a zero row for no "
             "character; or a learned vocabulary saved with its tokenizer): there are no word tokens to resize"
         )
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """
+        As transformers' `from_pretrained`, where a bundled model's name (`"ko-nsmc"`) that no local folder holds
+        loads the bundled folder (`model_names.local_model_folder`, the rule the command line reads names by),
+        instead of asking the Hub for it.
+        """
+        if isinstance(pretrained_model_name_or_path, str):
+            pretrained_model_name_or_path = str(
+                local_model_folder(pretrained_model_name_or_path) or pretrained_model_name_or_path
+            )
+        return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
 
     @classmethod
     def _finalize_model_loading(cls, model, load_config, loading_info):

@@ -231,6 +231,24 @@ def test_resolve_model_name_prefers_a_local_folder_then_a_bundled_model(tmp_path
         resolve_model_name("k", hub=False)
 
 
+def test_from_pretrained_takes_a_bundled_name_without_asking_the_hub(tmp_path, monkeypatch):
+    """`ElmoModel.from_pretrained("ko-nsmc")` loads the bundled folder where no local folder has that name, as the
+    command line reads the name (offline here, so that asking the Hub would fail at once); a local folder of that
+    name wins."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    bundled = ElmoModel.from_pretrained(bundled_model_path("ko-nsmc"))
+    by_name = ElmoModel.from_pretrained("ko-nsmc")
+    for name, parameter in bundled.state_dict().items():
+        assert torch.equal(by_name.state_dict()[name], parameter), name
+    head = ElmoForSequenceClassification.from_pretrained("ko-nsmc-sentiment")
+    assert head.config.id2label == {0: "negative", 1: "positive"}
+    torch.manual_seed(0)
+    ElmoModel(bundled.config).save_pretrained(tmp_path / "ko-nsmc")  # a local folder of that name, other weights
+    local = ElmoModel.from_pretrained("ko-nsmc")
+    assert any(not torch.equal(local.state_dict()[name], value) for name, value in bundled.state_dict().items())
+
+
 def test_an_unknown_name_offline_fails_at_once_naming_hf_hub_offline(tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
     monkeypatch.setattr("huggingface_hub.constants.HF_HUB_CACHE", str(tmp_path))
