@@ -4,9 +4,10 @@ import json
 import re
 
 import pytest
+from transformers import PretrainedConfig
 
 from hf_elmo import ElmoConfig, ElmoTokenizer
-from hf_elmo.alphabet_elmo import MARKER_ROLES, CharacterAlphabet, learn_character_vocabulary
+from hf_elmo.alphabet_elmo import BYTE_MARKERS, MARKER_ROLES, CharacterAlphabet, learn_character_vocabulary
 from hf_elmo.errors import FileContentError
 
 KOREAN = "한국어를배웁니다"  # 8 syllables, 24 UTF-8 bytes
@@ -128,3 +129,83 @@ def test_ids_of_a_saved_vocabulary_are_checked_within_it(tmp_path):
     (tmp_path / "char_vocab.json").write_text(json.dumps({"markers": {**markers, "extra": 1}, "symbols": symbols}))
     with pytest.raises(FileContentError, match="markers.extra is no marker role"):
         CharacterAlphabet.from_file(tmp_path / "char_vocab.json")
+
+
+def refused(error: type[Exception], message: str):
+    """`pytest.raises` for exactly `message`, the whole of it."""
+    return pytest.raises(error, match=f"^{re.escape(message)}$")
+
+
+@pytest.mark.parametrize(
+    "field",
+    [{"size": 300}, {"markers": {**BYTE_MARKERS, "padding": 0}}, {"symbols": {"a": 0}}],
+    ids=["size", "markers", "symbols"],
+)
+def test_the_byte_alphabet_refuses_each_change(field):
+    with refused(ValueError, "the byte alphabet is fixed: 261 ids, bilm-tf's markers, no symbols"):
+        CharacterAlphabet(**field)
+
+
+def test_marker_ids_of_a_learned_alphabet_are_within_it():
+    """Marker ids 0 and `size - 1` are in the vocabulary; a missing role, `size` and -1 are refused, each saying so."""
+    markers = dict(zip(MARKER_ROLES, (0, 1, 2, 3, 4, 6)))
+    assert CharacterAlphabet(learned=True, size=7, markers=markers).markers == markers
+    without_unknown = {role: markers[role] for role in MARKER_ROLES[:-1]}
+    with refused(ValueError, "a character vocabulary needs an id for each marker; missing ['unknown']"):
+        CharacterAlphabet(learned=True, size=7, markers=without_unknown)
+    for outside in (7, -1):
+        bad = {**markers, "padding": outside}
+        with refused(ValueError, f"a marker id is outside the character vocabulary (0..6): {bad}"):
+            CharacterAlphabet(learned=True, size=7, markers=bad)
+
+
+def test_from_config_shares_one_alphabet_per_size_and_markers():
+    """A config without a learned vocabulary is bytes; a learned one gives one shared object for its size and
+    markers; fields that cannot be a cache key (another config class does not check them) are refused with the
+    reason, as the alphabet refuses them."""
+    assert CharacterAlphabet.from_config(PretrainedConfig()) == CharacterAlphabet.from_config(ElmoConfig())
+    assert not CharacterAlphabet.from_config(ElmoConfig()).learned
+    markers = dict(zip(MARKER_ROLES, range(6)))
+    config = ElmoConfig(char_vocab_size=8, char_markers=markers)
+    alphabet = CharacterAlphabet.from_config(config)
+    assert alphabet == CharacterAlphabet(learned=True, size=8, markers=markers)
+    assert CharacterAlphabet.from_config(ElmoConfig(char_vocab_size=8, char_markers=dict(markers))) is alphabet
+    unhashable = PretrainedConfig(char_vocab_size=8, char_markers={**markers, "padding": [4]})
+    with refused(ValueError, "a character vocabulary needs an id for each marker; missing ['padding']"):
+        CharacterAlphabet.from_config(unhashable)
+
+
+def test_config_fields_of_each_kind():
+    assert CharacterAlphabet().config_fields() == {"char_vocab_size": None, "char_markers": None}
+    alphabet = learned()
+    assert alphabet.config_fields() == {"char_vocab_size": alphabet.size, "char_markers": alphabet.markers}
+
+
+def test_save_writes_one_symbol_a_line_in_utf8(tmp_path):
+    """`char_vocab.json` as `save` writes it: UTF-8, characters as themselves (not `\\u` escapes), one a line."""
+    path = tmp_path / "char_vocab.json"
+    learned().save(path)
+    lines = path.read_bytes().decode("utf-8").splitlines()
+    assert '"한": 2,' in lines and '"a": 0,' in lines
+    with refused(ValueError, "only a learned alphabet with its symbols can be saved (the byte alphabet is fixed)"):
+        CharacterAlphabet().save(tmp_path / "bytes.json")
+
+
+def test_words_the_alphabet_cannot_encode_are_refused_with_the_reason():
+    with refused(TypeError, "a word must be a str, got int: 5"):
+        CharacterAlphabet().word_row(5, 8)
+    from_config = CharacterAlphabet.from_config(ElmoConfig(**learned().config_fields()))
+    with refused(ValueError, "this alphabet was built from a config: it has no symbols to encode words with"):
+        from_config.word_row("a", 8)
+
+
+def test_decode_row_leaves_out_the_markers_from_id_256_and_replaces_a_cut_character():
+    """Ids 256 and up are the byte alphabet's markers (256 the begin of sentence), not bytes; a character cut inside
+    its UTF-8 decodes as U+FFFD."""
+    alphabet = CharacterAlphabet()
+    assert (
+        alphabet.decode_row(alphabet.boundary_row(False, 8))
+        == alphabet.decode_row(alphabet.boundary_row(True, 8))
+        == ""
+    )
+    assert alphabet.decode_row(alphabet.word_row("é", 3)) == "\ufffd"  # one of its two bytes fits
