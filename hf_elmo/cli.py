@@ -5,6 +5,7 @@ torch or transformers; `run` runs the parsed command and reports its failure as 
 the same command, in the form `torchrun` and `accelerate launch` take.
 """
 
+import importlib.util
 import json
 import sys
 from functools import partial
@@ -13,7 +14,7 @@ from pathlib import Path
 import torch
 from transformers.utils import logging as transformers_logging
 
-from .command_line import parse_command
+from .command_line import PRE_TOKENIZERS, local_pre_tokenizer, parse_command
 from .configuration_elmo import CPU_MATMULS
 from .embedding_files import EmbedSettings, JobProcess, embed_file, run_identity
 from .errors import CommandError, ElmoConversionError, first_line, run_entry_point
@@ -240,10 +241,25 @@ def info_command(args) -> int:
         "character CNN": f"{len(config.filters)} filter widths, {config.n_filters} filters, "
         f"{config.n_highway} highway layers, {config.activation}",
         "max characters per token": config.max_characters_per_token,
+        **reading_rows(args.model),
     }
     for key, value in rows.items():
         print(f"{key}: {value}")
     return 0
+
+
+def reading_rows(name: str) -> dict[str, str]:
+    """What `info` says of the units a folder reads where a pre-tokenizer splits them (`ko-nsmc`: Korean morphemes,
+    through kiwipiepy), and what `embed` needs for it."""
+    pre_tokenizer = local_pre_tokenizer(name)
+    if pre_tokenizer not in PRE_TOKENIZERS:
+        return {}
+    units, package, install = PRE_TOKENIZERS[pre_tokenizer]
+    installed = "installed" if importlib.util.find_spec(package) else f"not installed: {install}"
+    return {
+        "reads": f"{units} (pre_tokenizer {pre_tokenizer}), through {package} ({installed})",
+        "embed needs": "--pretokenize (one vector per unit)",
+    }
 
 
 def head_rows(model: ElmoHeadModel) -> dict[str, str]:

@@ -270,6 +270,62 @@ def missing_path(args: argparse.Namespace) -> str | None:
     model = args.model_dir if args.command == "export" else getattr(args, "model", None)
     if model is not None and is_path_only(model) and not Path(model).expanduser().exists():
         return f"no such model folder: {model}"
+    if args.command in ("embed", "info") and (checkpoint := original_checkpoint(args.model)):
+        return checkpoint
+    if args.command == "embed":
+        return missing_for_embed(args)
+    return None
+
+
+def original_checkpoint(model: str) -> str | None:
+    """The one-line error for a local folder holding an original checkpoint (`options.json` and a weights `.hdf5`, no
+    `config.json`), naming the `hf-elmo convert` that makes a model folder of it; None otherwise."""
+    folder = Path(model).expanduser()
+    if not folder.is_dir() or (folder / "config.json").exists() or not (folder / "options.json").is_file():
+        return None
+    weights = sorted(folder.glob("*.hdf5"))
+    if not weights:
+        return None
+    return (
+        f"{model} holds an original (bilm-tf) checkpoint, not an hf_elmo model folder: convert it with hf-elmo "
+        f"convert --options-file {folder / 'options.json'} --weight-file {weights[0]} --output-dir {folder}-hf"
+    )
+
+
+def local_pre_tokenizer(model: str) -> str | None:
+    """The pre-tokenizer a local folder's or bundled model's `tokenizer_config.json` names (`korean_morphemes`), or
+    None (none named, a Hub id, a file that cannot be read: the tokenizer's reader says why once it loads)."""
+    folder = local_model_folder(model)
+    if folder is None:
+        return None
+    try:
+        settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    name = settings.get("pre_tokenizer") if isinstance(settings, dict) else None
+    return name if isinstance(name, str) else None
+
+
+# What each pre-tokenizer splits a line into, and the package that does it (its extra).
+PRE_TOKENIZERS = {"korean_morphemes": ("Korean morphemes", "kiwipiepy", 'pip install "kiwipiepy>=0.21"')}
+
+
+def missing_for_embed(args: argparse.Namespace) -> str | None:
+    """The one-line error for what `embed` would find missing once the model had loaded, decided from the folder's
+    JSON files and the installed packages: `--pretokenize` for a folder reading morphemes, the pre-tokenizer's package,
+    h5py for HDF5 output. None otherwise."""
+    pre_tokenizer = local_pre_tokenizer(args.model)
+    if pre_tokenizer in PRE_TOKENIZERS:
+        units, package, install = PRE_TOKENIZERS[pre_tokenizer]
+        if not args.pretokenize:  # as embed says it once the tokenizer is loaded
+            return (
+                f"{args.model} reads {units} (pre_tokenizer {pre_tokenizer}), not whitespace words: pass "
+                "--pretokenize (one vector per morpheme)"
+            )
+        if importlib.util.find_spec(package) is None:
+            return f"{args.model} reads {units}, which needs {package}: {install}"
+    if args.format == "hdf5" and importlib.util.find_spec("h5py") is None:
+        return "HDF5 output needs h5py: pip install h5py (or use --format npy)"
     return None
 
 

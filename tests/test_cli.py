@@ -5,6 +5,7 @@ import argparse
 import ast
 import errno
 import gzip
+import importlib.util
 import json
 import os
 import shutil
@@ -414,7 +415,7 @@ def test_a_damaged_model_folder_is_one_line_in_every_command_and_nothing_is_writ
     text.write_text("배가 고프다\n", encoding="utf-8")
     out = tmp_path / "out"
     commands = {
-        "embed": ["embed", folder, text, out, "--top"],
+        "embed": ["embed", folder, text, out, "--top", "--pretokenize"],  # ko-nsmc reads morphemes
         "info": ["info", folder],
         "export": ["export", "--model-dir", folder, "--output-dir", out],
         "export onnx": ["export", "--format", "onnx", "--model-dir", folder, "--output-dir", out],
@@ -871,3 +872,53 @@ def test_quickstart_options_reach_the_comparison_and_are_checked_before_it(tmp_p
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith(f"hf-elmo: error: {start}"), (arguments, lines)
     assert len(calls) == count  # no comparison ran
+
+
+def test_what_embed_and_info_need_is_answered_before_a_model_loads(tmp_path, monkeypatch, capsys):
+    """Issue 51 s3: decided from the folder's JSON files and the installed packages, before any model loads: the
+    `--pretokenize` a folder reading morphemes needs, kiwipiepy for it, h5py for HDF5, and a folder holding an
+    original checkpoint (named with the `hf-elmo convert` that makes a model of it); `info` says what a folder
+    reads."""
+    import hf_elmo.cli
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("a model was loaded")
+
+    monkeypatch.setattr(hf_elmo.cli, "load", no_load)
+    find_spec, hidden = importlib.util.find_spec, set()
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in hidden else find_spec(name, *a))
+    (tmp_path / "ko.txt").write_text("배가 고프다\n", encoding="utf-8")
+    embed = ["embed", "ko-nsmc", str(tmp_path / "ko.txt"), str(tmp_path / "ko.hdf5"), "--top"]
+
+    def one_line(argv: list[str], code: int) -> str:
+        capsys.readouterr()
+        assert main(argv) == code, argv
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("hf-elmo: error: "), lines
+        return lines[0].removeprefix("hf-elmo: error: ")
+
+    assert one_line(embed, 1).startswith("ko-nsmc reads Korean morphemes (pre_tokenizer korean_morphemes), not")
+    hidden.update({"h5py", "kiwipiepy"})
+    assert one_line([*embed, "--pretokenize"], 1) == (
+        'ko-nsmc reads Korean morphemes, which needs kiwipiepy: pip install "kiwipiepy>=0.21"'
+    )
+    hidden.discard("kiwipiepy")
+    assert one_line([*embed, "--pretokenize"], 1) == "HDF5 output needs h5py: pip install h5py (or use --format npy)"
+    hidden.clear()
+    original = tmp_path / "original"
+    original.mkdir()
+    options, weights = write_original_checkpoint(original, tiny_config())
+    expected = (
+        f"{original} holds an original (bilm-tf) checkpoint, not an hf_elmo model folder: convert it with hf-elmo "
+        f"convert --options-file {options} --weight-file {weights} --output-dir {original}-hf"
+    )
+    assert one_line(["info", str(original)], 1) == expected
+    assert (
+        one_line(["embed", str(original), str(tmp_path / "ko.txt"), str(tmp_path / "o.hdf5"), "--top"], 1) == expected
+    )
+    monkeypatch.undo()  # info loads the model
+    capsys.readouterr()
+    assert main(["info", "ko-nsmc"]) == 0
+    out = capsys.readouterr().out
+    assert "reads: Korean morphemes (pre_tokenizer korean_morphemes), through kiwipiepy (installed)" in out
+    assert "embed needs: --pretokenize" in out
