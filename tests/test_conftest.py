@@ -34,3 +34,35 @@ def test_parity_tests_fail_in_ci_without_shared(tmp_path):
     result = run_parity_test(tmp_path, ci="true")
     assert result.returncode == 1, result.stdout
     assert "1 error" in result.stdout and "CI=true and the original test checkpoint is not at" in result.stdout
+
+
+# A test module that needs a package no machine has, through `utils.require`.
+REQUIRING_TEST = """
+from utils import require
+
+
+def test_needs_the_package():
+    require("hf_elmo_absent_package", reason="the package this test is about")
+"""
+
+
+def run_requiring_test(tmp_path, ci: str) -> subprocess.CompletedProcess:
+    (tmp_path / "test_requiring.py").write_text(REQUIRING_TEST)
+    env = {**os.environ, "CI": ci, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)])}
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_requiring.py"]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+
+
+def test_require_skips_a_missing_package_outside_ci(tmp_path):
+    result = run_requiring_test(tmp_path, ci="")
+    assert result.returncode == 0, result.stdout
+    assert "1 skipped" in result.stdout and "the package this test is about" in result.stdout
+
+
+def test_require_fails_on_a_missing_package_under_ci(tmp_path):
+    """Under `CI=true`, where `.ci/run` installed the test extra, a package that does not import fails the test."""
+    result = run_requiring_test(tmp_path, ci="true")
+    assert result.returncode == 1, result.stdout
+    assert "1 failed" in result.stdout
+    assert "CI=true and hf_elmo_absent_package does not import" in result.stdout
+    assert "the package this test is about" in result.stdout
