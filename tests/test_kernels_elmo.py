@@ -4,6 +4,7 @@ by the config, autograd and hooks, never by autocast; chosen at `from_pretrained
 """
 
 import json
+import re
 
 import pytest
 import torch
@@ -172,3 +173,39 @@ def test_every_entry_is_declared_and_an_unknown_key_raises():
         kernels_elmo.Kernels("ALL_NEW", inference=reference)
     with pytest.raises(TypeError, match="the exported path of ALL_RECURRENCES runs the reference's graph form"):
         kernels_elmo.ALL_RECURRENCES.get_interface("exported", cpu, reference)
+
+
+def test_a_registry_takes_exactly_one_entry_a_path_and_returns_what_is_registered():
+    """`Kernels` refuses a missing or an unknown path (the reference's entry is its own) with the expected paths in
+    the message; a registered kernel, for a path or for a device alone, is what `get_interface` gives."""
+
+    def reference(rows):
+        return rows
+
+    def kernel(rows):
+        return rows + 1
+
+    def on_cpu(rows):
+        return rows + 2
+
+    paths = kernels_elmo.PATHS[1:]
+    expected = "ALL_NEW needs one entry for each of exported, compiled, inference, training; got "
+    for entries in [*({p: kernel for p in paths if p != left_out} for left_out in paths), {}]:
+        with pytest.raises(ValueError, match=f"^{expected}{re.escape(str(sorted(entries)))}$"):
+            kernels_elmo.Kernels("ALL_NEW", **entries)
+    for extra in ("reference", "fast"):
+        entries = {**dict.fromkeys(paths, kernel), extra: kernel}
+        with pytest.raises(ValueError, match=f"^{expected}{re.escape(str(sorted(entries)))}$"):
+            kernels_elmo.Kernels("ALL_NEW", **entries)
+    registry = kernels_elmo.Kernels("ALL_NEW", **dict.fromkeys(paths, kernel))
+    assert registry == {"reference": kernels_elmo.REFERENCE, **dict.fromkeys(paths, kernel)}
+    cpu = torch.device("cpu")
+    assert registry.get_interface("reference", cpu, reference) is reference
+    assert all(registry.get_interface(path, cpu, reference) is kernel for path in paths)
+    registry.register(("inference", "cpu"), on_cpu)
+    registry.register("training", on_cpu)
+    assert registry.get_interface("inference", cpu, reference) is on_cpu
+    assert registry.get_interface("inference", torch.device("meta"), reference) is kernel
+    assert registry.get_interface("training", cpu, reference) is on_cpu
+    with pytest.raises(KeyError, match="'fast' is not a key of ALL_NEW"):
+        registry.register("fast", on_cpu)
