@@ -358,8 +358,30 @@ class PretrainingArguments(TrainingArguments):
         self.dataloader_pin_memory = self.dataloader_pin_memory and torch.cuda.is_available() and not self.use_cpu
 
 
+class PretrainParser(HfArgumentParser):
+    """`HfArgumentParser` whose every error is one line (argparse would print the usage first: every
+    `TrainingArguments` option, over a hundred lines), an unknown option named with the nearest one it takes."""
+
+    def error(self, message: str):
+        raise ValueError(message)
+
+    def parse(self, argv: list[str]) -> tuple:
+        """The dataclasses of `argv`; an option it does not take is a one-line `ValueError` suggesting the nearest."""
+        import difflib
+
+        *parsed, unknown = self.parse_args_into_dataclasses(
+            argv, look_for_args_file=False, return_remaining_strings=True
+        )
+        if unknown:
+            flag = next((a.split("=", 1)[0] for a in unknown if a.startswith("-")), unknown[0])
+            nearest = difflib.get_close_matches(flag, list(self._option_string_actions), n=1)
+            hint = f"; did you mean {nearest[0]}?" if nearest else "; hf-elmo pretrain --help lists every option"
+            raise ValueError(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+        return tuple(parsed)
+
+
 def build_parser() -> HfArgumentParser:
-    return HfArgumentParser(
+    return PretrainParser(
         (DataArguments, ModelArguments, PretrainingArguments),
         prog="hf-elmo pretrain",
         description="Pre-train an ELMo biLM from scratch on one-sentence-per-line text.",
@@ -782,7 +804,7 @@ def main(argv: list[str] | None = None) -> dict[str, float]:
     checkpoint that cannot be resumed is a one-line `CommandError`.
     """
     argv = sys.argv[1:] if argv is None else list(argv)
-    data_args, model_args, training_args = build_parser().parse_args_into_dataclasses(argv, look_for_args_file=False)
+    data_args, model_args, training_args = build_parser().parse(argv)
     if data_args.streaming and training_args.max_steps <= 0:
         raise ValueError("--streaming needs --max-steps: a stream has no known length")
     launched = int(os.environ.get("WORLD_SIZE", "1"))

@@ -719,6 +719,22 @@ def test_pretrain_subcommand_reports_bad_arguments(tmp_path, capsys):
     assert "--streaming needs --max-steps" in capsys.readouterr().err
 
 
+def test_pretrain_names_an_unknown_option_with_the_nearest_and_a_missing_one_in_one_line(tmp_path, capsys):
+    """Issue 51 s3: `--max_step` was 127 lines of usage, then transformers' "Some specified arguments are not used"."""
+    (tmp_path / "train.txt").write_text("a b\n", encoding="utf-8")
+    files = ["--train-file", str(tmp_path / "train.txt"), "--output-dir", str(tmp_path / "model")]
+    for argv, line in {
+        (*files, "--validation-file", str(tmp_path / "train.txt"), "--max_step", "20"): (
+            "unrecognized arguments: --max_step 20; did you mean --max_steps?"
+        ),
+        tuple(files): "the following arguments are required: --validation_file/--validation-file",
+    }.items():
+        capsys.readouterr()
+        assert main(["pretrain", *argv]) == 2
+        assert capsys.readouterr().err == f"hf-elmo: error: {line}\n"
+    assert not (tmp_path / "model").exists() and not (tmp_path / "model.parts").exists()
+
+
 def test_convert_reports_a_failed_upload_and_keeps_the_folder(tmp_path, monkeypatch, capsys):
     from huggingface_hub import HfApi
 
