@@ -1,7 +1,9 @@
 """The commands of `hf-elmo`: embed a corpus to disk, convert an original checkpoint, export or describe a model.
 
-The command line is parsed by `hf_elmo.command_line` (which also describes what `embed` writes), without importing
-torch or transformers; `run` runs the parsed command and reports its failure as one line. `python -m hf_elmo.cli` is
+The command line is parsed by `hf_elmo.command_line` (which also describes what `embed` writes), and what needs no
+model answered there, before any model, data or tokenizer is loaded (`import hf_elmo` has imported torch by then);
+`main` runs the parsed command inside the one handler of every entry point (`hf_elmo.errors.run_entry_point`), which
+reports its failure as one line. `python -m hf_elmo.cli` is
 the same command, in the form `torchrun` and `accelerate launch` take.
 """
 
