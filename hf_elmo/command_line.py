@@ -23,7 +23,7 @@ import os
 import sys
 from pathlib import Path
 
-from .model_names import is_path_only, local_model_folder
+from .model_names import is_path_only, local_model_folder, original_checkpoint
 from .text_files import unreadable_reason
 
 # The compute dtypes of `embed` (torch's names).
@@ -275,21 +275,6 @@ def missing_path(args: argparse.Namespace) -> str | None:
     if args.command == "embed":
         return missing_for_embed(args)
     return None
-
-
-def original_checkpoint(model: str) -> str | None:
-    """The one-line error for a local folder holding an original checkpoint (`options.json` and a weights `.hdf5`, no
-    `config.json`), naming the `hf-elmo convert` that makes a model folder of it; None otherwise."""
-    folder = Path(model).expanduser()
-    if not folder.is_dir() or (folder / "config.json").exists() or not (folder / "options.json").is_file():
-        return None
-    weights = sorted(folder.glob("*.hdf5"))
-    if not weights:
-        return None
-    return (
-        f"{model} holds an original (bilm-tf) checkpoint, not an hf_elmo model folder: convert it with hf-elmo "
-        f"convert --options-file {folder / 'options.json'} --weight-file {weights[0]} --output-dir {folder}-hf"
-    )
 
 
 def local_pre_tokenizer(model: str) -> str | None:

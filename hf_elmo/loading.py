@@ -24,7 +24,7 @@ import torch
 from .bundled import BUNDLED_MODELS, bundled_model_path
 from .configuration_elmo import ElmoConfig
 from .errors import first_line
-from .model_names import is_path_only
+from .model_names import is_path_only, original_checkpoint
 from .modeling_elmo import AUTO_CLASSES, ElmoHeadModel, ElmoModel, ElmoPreTrainedModel
 from .tokenization_elmo import TOKENIZER_CONFIG_FILE, ElmoTokenizer, check_tokenizer
 
@@ -76,14 +76,17 @@ def resolve_model_name(name: str, hub: bool = True) -> str:
 def check_model_folder(folder: Path, name: str) -> None:
     """
     A one-line `ValueError` for a folder that is not a loadable hf_elmo model: no readable `config.json` of
-    model_type "elmo"; weights in a pickle alone (`pytorch_model.bin`), which hf_elmo never unpickles; or a weights
-    file that cannot be read, or is cut short or corrupt (whose error from safetensors would come as a traceback out
-    of `from_pretrained`; its header is read here, not its tensors).
+    model_type "elmo" (an original checkpoint named with the `hf-elmo convert` that makes a model folder of it);
+    weights in a pickle alone (`pytorch_model.bin`), which hf_elmo never unpickles; or a weights file that cannot
+    be read, or is cut short or corrupt (whose error from safetensors would come as a traceback out of
+    `from_pretrained`; its header is read here, not its tensors).
     """
     try:
         model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
     except FileNotFoundError as error:
-        raise ValueError(f"{name} is not an hf_elmo model folder (no config.json)") from error
+        raise ValueError(
+            original_checkpoint(str(folder)) or f"{name} is not an hf_elmo model folder (no config.json)"
+        ) from error
     except (OSError, ValueError, AttributeError) as error:
         raise ValueError(f"{name} is not an hf_elmo model folder (config.json: {first_line(error)})") from error
     if model_type != "elmo":

@@ -26,3 +26,18 @@ def local_model_folder(name: str) -> Path | None:
     if is_path_only(name) or "/" in name or not (BUNDLED_DIR / name / "config.json").is_file():
         return None
     return BUNDLED_DIR / name
+
+
+def original_checkpoint(model: str) -> str | None:
+    """The one-line error for a local folder holding an original checkpoint (`options.json` and a weights `.hdf5`, no
+    `config.json`), naming the `hf-elmo convert` that makes a model folder of it; None otherwise."""
+    folder = Path(model).expanduser()
+    if not folder.is_dir() or (folder / "config.json").exists() or not (folder / "options.json").is_file():
+        return None
+    weights = sorted(folder.glob("*.hdf5"))
+    if not weights:
+        return None
+    return (
+        f"{model} holds an original (bilm-tf) checkpoint, not an hf_elmo model folder: convert it with hf-elmo "
+        f"convert --options-file {folder / 'options.json'} --weight-file {weights[0]} --output-dir {folder}-hf"
+    )

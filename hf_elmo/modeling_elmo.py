@@ -1,6 +1,7 @@
 """ELMo (Peters et al., 2018): a character CNN feeding two independent stacks of projected, clipped LSTMs."""
 
 import functools
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -33,7 +34,7 @@ from .kernels_elmo import (
     ALL_TASK_BILSTMS,
     choose_path,
 )
-from .model_names import local_model_folder
+from .model_names import local_model_folder, original_checkpoint
 from .sentence_vectors import sentence_vectors
 from .weight_checks import refuse_unloaded_bilm_weights
 
@@ -553,8 +554,13 @@ class ElmoPreTrainedModel(PreTrainedModel):
         """
         As transformers' `from_pretrained`, where a bundled model's name (`"ko-nsmc"`) that no local folder holds
         loads the bundled folder (`model_names.local_model_folder`, the rule the command line reads names by),
-        instead of asking the Hub for it.
+        instead of asking the Hub for it, and a folder holding an original (bilm-tf) checkpoint is refused in one
+        `OSError` line naming the `hf-elmo convert` that makes a model folder of it.
         """
+        if isinstance(pretrained_model_name_or_path, str | os.PathLike) and (
+            checkpoint := original_checkpoint(str(pretrained_model_name_or_path))
+        ):
+            raise OSError(checkpoint)
         if isinstance(pretrained_model_name_or_path, str):
             pretrained_model_name_or_path = str(
                 local_model_folder(pretrained_model_name_or_path) or pretrained_model_name_or_path

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from utils import require, tiny_config, unreadable, word_vocab_tokenizer
+from utils import require, tiny_config, unreadable, word_vocab_tokenizer, write_original_checkpoint
 
 from hf_elmo import (
     ElmoConfig,
@@ -251,3 +251,22 @@ def test_weights_downloaded_cut_short_are_one_line(tmp_path, monkeypatch):
         "cannot load someone/elmo as an hf_elmo model: model.safetensors is cut short or corrupt ("
     )
     assert str(raised.value).endswith("); download it again") and "\n" not in str(raised.value)
+
+
+def test_an_original_checkpoint_is_named_with_the_convert_that_makes_a_model_of_it(tmp_path):
+    """A folder of `options.json` and a weights `.hdf5` (bilm-tf's layout) given where a model folder goes: one line
+    naming `hf-elmo convert` with its paths, from the loader and from `from_pretrained` (transformers said "no file
+    named model.safetensors")."""
+    options, weights = write_original_checkpoint(tmp_path / "original", tiny_config())
+    folder = tmp_path / "original"
+    expected = (
+        f"{folder} holds an original (bilm-tf) checkpoint, not an hf_elmo model folder: convert it with hf-elmo "
+        f"convert --options-file {options} --weight-file {weights} --output-dir {folder}-hf"
+    )
+    with pytest.raises(ValueError) as raised:
+        load_model(tmp_path / "original")
+    assert str(raised.value) == expected
+    for model_class in (ElmoModel, ElmoForSequenceClassification):
+        with pytest.raises(OSError) as raised:
+            model_class.from_pretrained(tmp_path / "original")
+        assert str(raised.value) == expected
