@@ -124,7 +124,8 @@ def test_a_folder_that_needs_the_extra_says_so_in_one_line(korean_folder, tmp_pa
         ElmoTokenizer.from_pretrained(folder)
     assert ElmoTokenizer.from_pretrained(tmp_path / "bytes").pre_tokenizer == "whitespace_split"
     (tmp_path / "in.txt").write_text(SENTENCE + "\n", encoding="utf-8")
-    assert cli_main(["embed", str(folder), str(tmp_path / "in.txt"), str(tmp_path / "out.h5"), "--top"]) == 1
+    embed = ["embed", str(folder), str(tmp_path / "in.txt"), str(tmp_path / "out.h5"), "--top", "--pretokenize"]
+    assert cli_main(embed) == 1
     error = capsys.readouterr().err
     assert error.count("\n") == 1 and 'pip install "kiwipiepy>=0.21"' in error
     assert not (tmp_path / "out.h5").exists()
