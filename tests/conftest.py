@@ -8,7 +8,7 @@ import pytest
 import torch
 from utils import FIXTURE_DIR, converted_tiny_model, has_fixture, running_in_ci, tiny_config
 
-from hf_elmo import ElmoModel, ElmoTokenizer
+from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -72,6 +72,28 @@ def model_dir(tmp_path_factory) -> Path:
 def model(model_dir) -> ElmoModel:
     """`model_dir` loaded as an `ElmoModel` in eval mode (do not modify it in a test)."""
     return ElmoModel.from_pretrained(model_dir).eval()
+
+
+@pytest.fixture(scope="module")
+def base_model(tmp_path_factory) -> Path:
+    """A random tiny `ElmoModel` folder with its tokenizer (bytes, 20 per word), one per module."""
+    folder = tmp_path_factory.mktemp("base")
+    torch.manual_seed(0)
+    ElmoModel(tiny_config()).save_pretrained(folder)
+    ElmoTokenizer(max_characters_per_token=20).save_pretrained(folder)
+    return folder
+
+
+@pytest.fixture(scope="module")
+def ko_nsmc_bilm() -> ElmoModel:
+    """The bundled Korean biLM, `ko-nsmc`, in eval mode (do not modify it in a test)."""
+    return ElmoModel.from_pretrained(bundled_model_path("ko-nsmc")).eval()
+
+
+@pytest.fixture(scope="module")
+def ko_nsmc_tokenizer() -> ElmoTokenizer:
+    """The bundled biLM's tokenizer (Korean morphemes: needs kiwipiepy)."""
+    return ElmoTokenizer.from_pretrained(bundled_model_path("ko-nsmc"))
 
 
 @pytest.fixture

@@ -35,16 +35,6 @@ REVIEWS = {
 }
 
 
-@pytest.fixture(scope="module")
-def bilm():
-    return ElmoModel.from_pretrained(bundled_model_path("ko-nsmc")).eval()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return ElmoTokenizer.from_pretrained(bundled_model_path("ko-nsmc"))
-
-
 def test_bundled_model_path_gives_folders_and_names_the_choices():
     assert BUNDLED_MODELS == ("ko-nsmc", "ko-nsmc-sentiment")
     for name in BUNDLED_MODELS:
@@ -131,8 +121,8 @@ def test_bundle_script_rebuilds_the_shipped_folder(name, tmp_path, monkeypatch):
             assert (rebuilt / file.name).read_bytes() == file.read_bytes(), file.name
 
 
-def test_bilm_loads_in_float32_with_own_and_auto_classes(bilm, tokenizer):
-    assert all(parameter.dtype == torch.float32 for parameter in bilm.parameters())
+def test_bilm_loads_in_float32_with_own_and_auto_classes(ko_nsmc_bilm, ko_nsmc_tokenizer):
+    assert all(parameter.dtype == torch.float32 for parameter in ko_nsmc_bilm.parameters())
     auto = AutoModel.from_pretrained(bundled_model_path("ko-nsmc")).eval()
     assert type(auto) is ElmoModel
     assert isinstance(AutoTokenizer.from_pretrained(bundled_model_path("ko-nsmc")), ElmoTokenizer)
@@ -140,24 +130,26 @@ def test_bilm_loads_in_float32_with_own_and_auto_classes(bilm, tokenizer):
     _, loading_info = ElmoModel.from_pretrained(bundled_model_path("ko-nsmc"), output_loading_info=True)
     assert not loading_info["unexpected_keys"]
     assert not loading_info["missing_keys"]
-    assert bilm.config.architectures == ["ElmoModel"]
-    assert bilm.config.char_vocab_size is not None  # the learned character vocabulary, not bytes
-    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+    assert ko_nsmc_bilm.config.architectures == ["ElmoModel"]
+    assert ko_nsmc_bilm.config.char_vocab_size is not None  # the learned character vocabulary, not bytes
+    batch = ko_nsmc_tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.inference_mode():
-        first = bilm(**batch, output_hidden_states=True)
+        first = ko_nsmc_bilm(**batch, output_hidden_states=True)
         second = auto(**batch, output_hidden_states=True)
-    units = max(len(tokenizer.split_words(sentence)) for sentence in SENTENCES)  # morphemes: more than the words
-    assert first.last_hidden_state.shape == (3, units + 2, 2 * bilm.config.projection_dim)
-    assert len(first.hidden_states) == bilm.config.n_layers + 1
+    units = max(
+        len(ko_nsmc_tokenizer.split_words(sentence)) for sentence in SENTENCES
+    )  # morphemes: more than the words
+    assert first.last_hidden_state.shape == (3, units + 2, 2 * ko_nsmc_bilm.config.projection_dim)
+    assert len(first.hidden_states) == ko_nsmc_bilm.config.n_layers + 1
     torch.testing.assert_close(second.last_hidden_state, first.last_hidden_state, atol=0, rtol=0)
 
 
-def test_bilm_is_deterministic_and_rows_do_not_depend_on_the_batch(bilm, tokenizer):
-    batch = tokenizer(SENTENCES, padding=True, return_tensors="pt")
+def test_bilm_is_deterministic_and_rows_do_not_depend_on_the_batch(ko_nsmc_bilm, ko_nsmc_tokenizer):
+    batch = ko_nsmc_tokenizer(SENTENCES, padding=True, return_tensors="pt")
     with torch.inference_mode():
-        first = bilm(**batch).last_hidden_state
-        again = bilm(**batch).last_hidden_state
-        alone = bilm(**tokenizer(SENTENCES[:1], return_tensors="pt")).last_hidden_state
+        first = ko_nsmc_bilm(**batch).last_hidden_state
+        again = ko_nsmc_bilm(**batch).last_hidden_state
+        alone = ko_nsmc_bilm(**ko_nsmc_tokenizer(SENTENCES[:1], return_tensors="pt")).last_hidden_state
     torch.testing.assert_close(again, first, atol=0, rtol=0)
     positions = alone.shape[1]
     torch.testing.assert_close(alone[0], first[0, :positions], atol=FLOAT32_TOLERANCE, rtol=FLOAT32_TOLERANCE)
@@ -180,13 +172,13 @@ def test_classifier_predicts_clear_reviews_with_own_auto_and_pipeline():
     assert [result["label"] for result in classifier(list(REVIEWS))] == list(REVIEWS.values())
 
 
-def test_embed_accepts_a_bundled_name(bilm, tokenizer, tmp_path, monkeypatch, capsys):
+def test_embed_accepts_a_bundled_name(ko_nsmc_bilm, ko_nsmc_tokenizer, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)  # no local folder named ko-nsmc: the name means the bundled model
     (tmp_path / "in.txt").write_text("\n".join(SENTENCES) + "\n", encoding="utf-8")
     assert cli_main(["embed", "ko-nsmc", "in.txt", "out.h5", "--top", "--pretokenize"]) == 0
     with h5py.File(tmp_path / "out.h5", "r") as handle, torch.inference_mode():
         for index, sentence in enumerate(SENTENCES):
-            expected = bilm(**tokenizer([sentence], return_tensors="pt")).last_hidden_state[0, 1:-1]
+            expected = ko_nsmc_bilm(**ko_nsmc_tokenizer([sentence], return_tensors="pt")).last_hidden_state[0, 1:-1]
             torch.testing.assert_close(
                 torch.from_numpy(handle[str(index)][()]), expected, atol=FLOAT32_TOLERANCE, rtol=FLOAT32_TOLERANCE
             )
@@ -260,12 +252,12 @@ def test_an_unknown_name_offline_fails_at_once_naming_hf_hub_offline(tmp_path, m
     )
 
 
-def test_every_command_takes_a_bundled_name(bilm, tmp_path, monkeypatch, capsys):
+def test_every_command_takes_a_bundled_name(ko_nsmc_bilm, tmp_path, monkeypatch, capsys):
     """`info`, `export` (both formats) and `pretrain --model-name-or-path`; `embed` above. Nothing here is named
     ko-nsmc, so the name means the bundled model."""
     monkeypatch.chdir(tmp_path)
     assert cli_main(["info", "ko-nsmc"]) == 0
-    assert f"parameters: {bilm.num_parameters():,}" in capsys.readouterr().out
+    assert f"parameters: {ko_nsmc_bilm.num_parameters():,}" in capsys.readouterr().out
     # The name is found; what bilm-tf's format cannot hold is the reason, not the name.
     assert cli_main(["export", "--model-dir", "ko-nsmc", "--output-dir", "original"]) == 1
     assert capsys.readouterr().err == (
@@ -280,7 +272,10 @@ def test_every_command_takes_a_bundled_name(bilm, tmp_path, monkeypatch, capsys)
     argv += ["train.txt", "--output-dir", "trained", "--max-steps", "1", "--batch-size", "2", "--use_cpu"]
     assert cli_main(argv) == 0
     trained = ElmoModel.from_pretrained(tmp_path / "trained").config  # ko-nsmc trained one step further
-    assert (trained.n_layers, trained.word_vocab_size) == (bilm.config.n_layers, bilm.config.word_vocab_size)
+    assert (trained.n_layers, trained.word_vocab_size) == (
+        ko_nsmc_bilm.config.n_layers,
+        ko_nsmc_bilm.config.word_vocab_size,
+    )
 
 
 @pytest.mark.slow

@@ -119,21 +119,6 @@ def test_the_scripts_are_all_walked():
 QUIET = ["--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true", "--seed", "0", "--use_cpu"]
 
 
-@pytest.fixture(scope="module")
-def base_model(tmp_path_factory) -> Path:
-    """A random tiny `ElmoModel` folder with its tokenizer."""
-    import torch
-    from utils import tiny_config
-
-    from hf_elmo import ElmoModel, ElmoTokenizer
-
-    folder = tmp_path_factory.mktemp("base")
-    torch.manual_seed(0)
-    ElmoModel(tiny_config()).save_pretrained(folder)
-    ElmoTokenizer(max_characters_per_token=20).save_pretrained(folder)
-    return folder
-
-
 def run_script(script: str, arguments: list, monkeypatch, capsys) -> tuple[int, str]:
     """`python SCRIPT ARGUMENTS` in this process, offline: its exit status and its stderr."""
     path = ROOT / script

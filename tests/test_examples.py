@@ -34,16 +34,6 @@ FILLER = ["the", "movie", "was", "a", "plot", "and", "it", "felt"]
 PLACES, PEOPLE = ["Paris", "Rome", "Oslo", "Lima"], ["Ada", "Bob", "Eve"]
 
 
-@pytest.fixture(scope="module")
-def base_model(tmp_path_factory) -> Path:
-    """A random tiny `ElmoModel` folder with its tokenizer."""
-    folder = tmp_path_factory.mktemp("base")
-    torch.manual_seed(0)
-    ElmoModel(tiny_config()).save_pretrained(folder)
-    ElmoTokenizer(max_characters_per_token=20).save_pretrained(folder)
-    return folder
-
-
 def run_example(script: str, arguments: list, tmp_path: Path) -> subprocess.CompletedProcess:
     result = start_example(script, arguments, tmp_path)
     assert result.returncode == 0, result.stderr[-4000:]

@@ -94,17 +94,32 @@ def build(kind: str, folder: Path) -> tuple[torch.nn.Module, ElmoTokenizer]:
 EXPORTED_KINDS = ("bytes", "learned", "sequence")
 
 
+@pytest.fixture(scope="module")
+def exports(tmp_path_factory):
+    """`kind -> (model, tokenizer, exported folder)`, each kind exported once in the module: a test parametrized
+    indirectly (`exported` by case) gets a fixture instance per case, and an export takes seconds. The bytes model is
+    exported by `hf-elmo export --format onnx`."""
+    made = {}
+
+    def export(kind: str):
+        if kind not in made:
+            root = tmp_path_factory.mktemp(kind)
+            model, tokenizer = build(kind, root / "model")
+            if kind == "bytes":
+                args = ["export", "--format", "onnx", "--model-dir", str(root / "model"), "--output-dir"]
+                assert main([*args, str(root / "onnx")]) == 0
+            else:
+                export_onnx(root / "model", root / "onnx")
+            made[kind] = model, tokenizer, root / "onnx"
+        return made[kind]
+
+    return export
+
+
 @pytest.fixture(scope="module", params=EXPORTED_KINDS)
-def exported(request, tmp_path_factory):
-    """`(model, tokenizer, exported folder)`; the bytes model is exported by `hf-elmo export --format onnx`."""
-    root = tmp_path_factory.mktemp(request.param)
-    model, tokenizer = build(request.param, root / "model")
-    if request.param == "bytes":
-        args = ["export", "--format", "onnx", "--model-dir", str(root / "model"), "--output-dir", str(root / "onnx")]
-        assert main(args) == 0
-    else:
-        export_onnx(root / "model", root / "onnx")
-    return model, tokenizer, root / "onnx"
+def exported(request, exports):
+    """`(model, tokenizer, exported folder)` of one kind (`exports`)."""
+    return exports(request.param)
 
 
 def pytorch_outputs(model, encoding) -> dict[str, np.ndarray]:

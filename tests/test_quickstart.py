@@ -29,16 +29,6 @@ REVIEWS = {
 COMMAND = "import sys; from hf_elmo.cli import main; sys.exit(main())"
 
 
-@pytest.fixture(scope="module")
-def bilm():
-    return ElmoModel.from_pretrained(bundled_model_path("ko-nsmc")).eval()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    return ElmoTokenizer.from_pretrained(bundled_model_path("ko-nsmc"))
-
-
 def run_command(argv: list[str], cwd: Path, script: str = COMMAND) -> subprocess.CompletedProcess:
     """`hf-elmo ARGV` offline from `cwd`, this checkout first on the path (or the Python `script` given)."""
     environment = {
@@ -179,18 +169,20 @@ def test_quickstart_is_a_command_and_examples_quickstart_runs_it_under_its_name(
     assert result.stdout.startswith("usage: quickstart.py [-h]")
 
 
-def test_picture_has_a_row_per_homonym_a_heatmap_per_layer_and_boxes_the_verdicts_pairs(bilm, tokenizer, monkeypatch):
+def test_picture_has_a_row_per_homonym_a_heatmap_per_layer_and_boxes_the_verdicts_pairs(
+    ko_nsmc_bilm, ko_nsmc_tokenizer, monkeypatch
+):
     require("matplotlib", reason="the picture needs the plot extra")
     tables = []
     for homonym in quickstart.HOMONYMS:
-        similarities = quickstart.similarity_tables(bilm, tokenizer, homonym)
+        similarities = quickstart.similarity_tables(ko_nsmc_bilm, ko_nsmc_tokenizer, homonym)
         tables.append((homonym, similarities, quickstart.verdict(similarities, homonym)))
     for font in (None, "A Hangul font"):
         figure = quickstart.similarity_figure(tables, "ko-nsmc", font)
         assert len(figure.subfigs) == len(quickstart.HOMONYMS)
         for row, (homonym, similarities, found) in zip(figure.subfigs, tables):
             heatmaps = [axes for axes in row.axes if axes.images]
-            assert len(heatmaps) == bilm.config.n_layers + 1
+            assert len(heatmaps) == ko_nsmc_bilm.config.n_layers + 1
             labels = [f"[{index}] {sense}" for index, (_, sense) in enumerate(homonym.sentences)]
             for number, axes in enumerate(heatmaps):
                 np.testing.assert_array_equal(axes.images[0].get_array(), similarities[number].numpy())
@@ -271,9 +263,9 @@ def test_a_sentence_file_that_cannot_be_compared_is_refused_in_one_line(tmp_path
         quickstart.read_homonym(path, "bank")
 
 
-def test_a_sentence_without_the_unit_is_named(bilm, tokenizer):
+def test_a_sentence_without_the_unit_is_named(ko_nsmc_bilm, ko_nsmc_tokenizer):
     homonym = quickstart.Homonym("배", "bae", "belly or boat", (("배가 고프다", "belly"), ("그는 선장이다", "boat")))
     with pytest.raises(
         ValueError, match="^the tokenizer does not split '그는 선장이다' into a unit '배': 그 / 는 / 선장"
     ):
-        quickstart.homonym_vectors(bilm, tokenizer, homonym)
+        quickstart.homonym_vectors(ko_nsmc_bilm, ko_nsmc_tokenizer, homonym)
