@@ -38,6 +38,7 @@ from transformers import Trainer, TrainingArguments
 
 from hf_elmo import ElmoForQuestionAnswering, ElmoTokenizer
 from hf_elmo.errors import run_entry_point
+from hf_elmo.loading import load_tokenizer
 from hf_elmo.question_answering_elmo import best_spans
 
 HEAD_OPTIONS = ("task_lstm_dim", "question_attention", "question_match_feature", "mix_dropout", "mix_layer_norm")
@@ -115,6 +116,26 @@ def answer_positions(offsets, context_positions: list[int], start: int, end: int
     if offsets[first][0] > start or offsets[last][1] < end:  # the answer runs past the window
         return None
     return first, last
+
+
+def check_windows(splits: dict[str, list[Question]], tokenizer: ElmoTokenizer, data_args) -> None:
+    """
+    Refuses, before the model loads, a `--max_length` or `--stride` that leaves some question's windows no room for
+    its context: the tokenizer's own check, met as it cuts the windows, run here on each question beside a one-unit
+    context (the questions' units alone: seconds, where the contexts' take minutes). A `UsageError`.
+    """
+    for questions in splits.values():
+        try:
+            tokenizer(
+                [question.question for question in questions],
+                ["."] * len(questions),
+                truncation="only_second",
+                max_length=data_args.max_length,
+                stride=data_args.stride,
+                return_overflowing_tokens=True,
+            )
+        except ValueError as error:
+            raise UsageError(str(error)) from error
 
 
 def windows_of(
@@ -234,6 +255,7 @@ def main(argv: list[str] | None = None) -> dict[str, dict[str, float]]:
             )
             if name is not None
         }
+        check_windows(splits, load_tokenizer(run.model_name), data_args)
     with output_written_whole(run.training_args, run.output_lock):
         return fine_tune(run.model_args, data_args, run.training_args, run.model_name, splits, run.overrides)
 

@@ -196,14 +196,39 @@ def load_model_and_tokenizer(
         model = _from_pretrained(path, model_class, device, from_pretrained_kwargs)
         # A head's word vectors read the ids; the biLM of a head folder would refuse them.
         needs_word_vector_ids = isinstance(model, ElmoHeadModel) and model.config.word_vector_vocab_size is not None
-        if folder.is_dir() and not (folder / TOKENIZER_CONFIG_FILE).is_file():
-            return model, ElmoTokenizer(model.config.max_characters_per_token, word_vector_ids=needs_word_vector_ids)
-        tokenizer = ElmoTokenizer.from_pretrained(path, word_vector_ids=needs_word_vector_ids)
-    if tokenizer.max_characters_per_token != model.config.max_characters_per_token and not folder.is_dir():
-        # A Hub repository whose tokenizer files do not say the width: the model's.
-        tokenizer = ElmoTokenizer(model.config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
+        tokenizer = _tokenizer_of(path, model.config, needs_word_vector_ids)
     check_tokenizer(tokenizer, model.config, name)
     return model, tokenizer
+
+
+def load_tokenizer(name: str | os.PathLike, *, hub: bool = True) -> ElmoTokenizer:
+    """
+    The tokenizer `load_model_and_tokenizer(name)` gives, without `word_vector_ids`, read from the config and the
+    tokenizer files alone: for what a script checks on its data (units, windows) before the weights load. The same
+    one-line `ValueError`s as `load_model_and_tokenizer`.
+    """
+    path = resolve_model_name(str(name), hub)
+    folder = Path(path)
+    with one_line_errors(name):
+        config = ElmoConfig.from_pretrained(path)
+    if folder.is_dir():
+        check_tokenizer(None, config, name, files=os.listdir(folder))
+    with one_line_errors(name):
+        tokenizer = _tokenizer_of(path, config, word_vector_ids=False)
+    check_tokenizer(tokenizer, config, name)
+    return tokenizer
+
+
+def _tokenizer_of(path: str, config: ElmoConfig, word_vector_ids: bool) -> ElmoTokenizer:
+    """The tokenizer of the model at `path` (a checked folder or a Hub id) whose config is `config`."""
+    folder = Path(path)
+    if folder.is_dir() and not (folder / TOKENIZER_CONFIG_FILE).is_file():
+        return ElmoTokenizer(config.max_characters_per_token, word_vector_ids=word_vector_ids)
+    tokenizer = ElmoTokenizer.from_pretrained(path, word_vector_ids=word_vector_ids)
+    if tokenizer.max_characters_per_token != config.max_characters_per_token and not folder.is_dir():
+        # A Hub repository whose tokenizer files do not say the width: the model's.
+        tokenizer = ElmoTokenizer(config.max_characters_per_token, pre_tokenizer=tokenizer.pre_tokenizer)
+    return tokenizer
 
 
 def read_weights_with_prefix(name: str | os.PathLike, prefix: str, *, hub: bool = True) -> dict[str, torch.Tensor]:

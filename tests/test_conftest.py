@@ -9,19 +9,17 @@ from pathlib import Path
 TESTS_DIR = Path(__file__).resolve().parent
 
 
+def run_pytest(target: str, cwd: Path, ci: str, path: list[Path], **variables) -> subprocess.CompletedProcess:
+    """`pytest -q -rs TARGET` in a child process from `cwd`, under `CI=ci`, with `path` as its PYTHONPATH and the
+    environment `variables` set."""
+    env = {**os.environ, **variables, "CI": ci, "PYTHONPATH": os.pathsep.join(map(str, path))}
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", target]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=cwd)
+
+
 def run_parity_test(tmp_path, ci: str) -> subprocess.CompletedProcess:
-    env = {**os.environ, "HF_ELMO_SHARED": str(tmp_path / "absent"), "CI": ci, "PYTHONPATH": str(TESTS_DIR.parent)}
-    command = [
-        sys.executable,
-        "-m",
-        "pytest",
-        "-q",
-        "-rs",
-        "-p",
-        "no:cacheprovider",
-        f"{TESTS_DIR / 'test_modeling_elmo.py'}::test_parity_first_batch_without_state",
-    ]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=TESTS_DIR.parent)
+    target = f"{TESTS_DIR / 'test_modeling_elmo.py'}::test_parity_first_batch_without_state"
+    return run_pytest(target, TESTS_DIR.parent, ci, [TESTS_DIR.parent], HF_ELMO_SHARED=str(tmp_path / "absent"))
 
 
 def test_parity_tests_skip_with_a_reason_without_shared(tmp_path):
@@ -48,9 +46,7 @@ def test_needs_the_package():
 
 def run_requiring_test(tmp_path, ci: str) -> subprocess.CompletedProcess:
     (tmp_path / "test_requiring.py").write_text(REQUIRING_TEST)
-    env = {**os.environ, "CI": ci, "PYTHONPATH": os.pathsep.join([str(TESTS_DIR), str(TESTS_DIR.parent)])}
-    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "test_requiring.py"]
-    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    return run_pytest("test_requiring.py", tmp_path, ci, [TESTS_DIR, TESTS_DIR.parent])
 
 
 def test_require_skips_a_missing_package_outside_ci(tmp_path):

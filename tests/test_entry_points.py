@@ -173,9 +173,21 @@ def test_ctrl_c_while_run_classification_trains_is_one_line_and_status_130(base_
     assert last_error_line(stderr, "run_classification.py") == "interrupted"
 
 
-def test_run_qa_with_a_stride_its_windows_cannot_take_is_one_line(base_model, tmp_path, monkeypatch, capsys):
+@pytest.mark.parametrize(
+    ("max_length", "stride", "answer"),
+    [(14, 3, "max_length=14 leaves no room"), (20, 8, "stride must be at least 0 and less than")],
+)
+def test_run_qa_with_windows_its_questions_cannot_take_is_one_line_before_the_model_loads(
+    max_length, stride, answer, base_model, tmp_path, monkeypatch, capsys
+):
     import json
 
+    import hf_elmo.loading
+
+    def no_model(*args):
+        raise AssertionError("the model loaded before the windows were checked")
+
+    monkeypatch.setattr(hf_elmo.loading, "_from_pretrained", no_model)
     context = "Ada lives in Paris and Bob lives in Rome today while Eve stays in Oslo"
     question = {
         "id": "q",
@@ -186,7 +198,8 @@ def test_run_qa_with_a_stride_its_windows_cannot_take_is_one_line(base_model, tm
     data = tmp_path / "train.json"
     data.write_text(json.dumps({"version": "test", "data": [article]}), encoding="utf-8")
     arguments = ["--model_name_or_path", base_model, "--train_file", data, "--do_train"]
-    arguments += ["--max_length", 14, "--stride", 3, "--output_dir", tmp_path / "out", *QUIET]
+    arguments += ["--max_length", max_length, "--stride", stride, "--output_dir", tmp_path / "out", *QUIET]
     code, stderr = run_script("examples/run_qa.py", arguments, monkeypatch, capsys)
     assert code == 2, stderr
-    assert last_error_line(stderr, "run_qa.py").startswith("max_length=14 leaves no room")
+    assert last_error_line(stderr, "run_qa.py").startswith(answer)
+    assert not (tmp_path / "out").exists()

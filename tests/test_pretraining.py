@@ -98,10 +98,18 @@ def vocab_tokenizer(tmp_path) -> ElmoTokenizer:
     return ElmoTokenizer(max_characters_per_token=20, vocab_file=str(vocab_file))
 
 
+def labelled_batch(tokenizer: ElmoTokenizer, sentences: list[list[str]]):
+    """`sentences` (lists of words) padded into one batch of tensors, with word labels."""
+    return tokenizer(sentences, is_split_into_words=True, padding=True, return_word_labels=True, return_tensors="pt")
+
+
 def uneven_batch(tokenizer: ElmoTokenizer, rng: random.Random, rows: int):
     """`rows` sentences of 1 to 9 random words, padded, with word labels."""
-    sentences = [[rng.choice(WORDS) for _ in range(rng.randint(1, 9))] for _ in range(rows)]
-    return tokenizer(sentences, is_split_into_words=True, padding=True, return_word_labels=True, return_tensors="pt")
+    return labelled_batch(tokenizer, [[rng.choice(WORDS) for _ in range(rng.randint(1, 9))] for _ in range(rows)])
+
+
+# Two sentences of uneven lengths for the sampled loss.
+SAMPLED_LOSS_SENTENCES = [["w0", "w3", "w6", "w9"], ["w1", "w4"]]
 
 
 def tiny_pretraining_model(vocab_size: int, n_negative_samples: int = 8, seed: int = 0) -> ElmoForPreTraining:
@@ -114,13 +122,7 @@ def tiny_pretraining_model(vocab_size: int, n_negative_samples: int = 8, seed: i
 
 def test_loss_is_the_mean_nll_of_next_and_previous_words(vocab_tokenizer):
     model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size).eval()
-    batch = vocab_tokenizer(
-        [["w0", "w3", "w6"], ["w9"]],
-        is_split_into_words=True,
-        padding=True,
-        return_word_labels=True,
-        return_tensors="pt",
-    )
+    batch = labelled_batch(vocab_tokenizer, [["w0", "w3", "w6"], ["w9"]])
     output = model(**batch)
     forward_lp, backward_lp = model.word_log_probs(batch["input_ids"], batch["attention_mask"])
     forward_nll, backward_nll = [], []
@@ -271,13 +273,7 @@ def test_sampled_loss_agrees_with_the_full_loss_in_expectation(vocab_tokenizer):
     model = tiny_pretraining_model(vocab_tokenizer.word_vocab_size, n_negative_samples=100)
     with torch.no_grad():  # a spread of logits, so that the sampled estimate is not trivially exact
         model.softmax.weight.mul_(4.0)
-    batch = vocab_tokenizer(
-        [["w0", "w3", "w6", "w9"], ["w1", "w4"]],
-        is_split_into_words=True,
-        padding=True,
-        return_word_labels=True,
-        return_tensors="pt",
-    )
+    batch = labelled_batch(vocab_tokenizer, SAMPLED_LOSS_SENTENCES)
     with torch.no_grad():
         full = model.eval()(**batch)
         biLM_output = model.elmo(batch["input_ids"], batch["attention_mask"], return_dict=True)
@@ -312,13 +308,7 @@ def test_sampled_loss_by_hand_leaves_out_negatives_equal_to_the_target(vocab_tok
     monkeypatch.setattr(
         modeling_elmo, "sample_log_uniform", lambda *args: drawn.append(sample_log_uniform(*args)) or drawn[-1]
     )
-    batch = vocab_tokenizer(
-        [["w0", "w3", "w6", "w9"], ["w1", "w4"]],
-        is_split_into_words=True,
-        padding=True,
-        return_word_labels=True,
-        return_tensors="pt",
-    )
+    batch = labelled_batch(vocab_tokenizer, SAMPLED_LOSS_SENTENCES)
     torch.manual_seed(1)
     with torch.no_grad():
         output = model(**batch)
