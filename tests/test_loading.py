@@ -19,7 +19,7 @@ from hf_elmo import (
     bundled_model_path,
 )
 from hf_elmo.alphabet_elmo import learn_character_vocabulary
-from hf_elmo.loading import load_model, load_model_and_tokenizer, resolve_model_name
+from hf_elmo.loading import load_model, load_model_and_tokenizer, load_tokenizer, resolve_model_name
 
 
 @pytest.mark.parametrize(
@@ -169,6 +169,32 @@ def test_the_tokenizer_gives_word_vector_ids_exactly_when_the_model_reads_them(t
         f"the tokenizer of {tmp_path / 'bilm'} disagrees with its config: it has a word vocabulary of {vocab_size} "
         f"words (the word vectors': {vocab_size + 1}); copy or download the model folder again"
     )
+
+
+def test_load_tokenizer_gives_the_full_load_s_ids_without_the_weights(tmp_path, monkeypatch):
+    """`load_tokenizer` reads the config and the tokenizer files alone (no model is made): the ids of the tokenizer
+    the full load gives (a head's folder, without its word-vector ids); and the same refusals."""
+    ElmoModel(tiny_config()).save_pretrained(tmp_path / "bilm")
+    word_vocab_tokenizer(tmp_path / "bilm", ["a", "cat", "sat"]).save_pretrained(tmp_path / "bilm")
+    vocab_size = ElmoTokenizer.from_pretrained(tmp_path / "bilm").word_vocab_size
+    head, full = load_model_and_tokenizer(
+        tmp_path / "bilm",
+        ElmoForSequenceClassification,
+        num_labels=2,
+        word_vector_dim=4,
+        word_vector_vocab_size=vocab_size,
+    )
+    head.save_pretrained(tmp_path / "head")
+    full.save_pretrained(tmp_path / "head")
+    monkeypatch.setattr("hf_elmo.loading._from_pretrained", lambda *args: pytest.fail("the weights loaded"))
+    alone = load_tokenizer(tmp_path / "head")
+    sentences = ["a cat sat", "a dog"]
+    assert not alone.word_vector_ids and full.word_vector_ids
+    ours, theirs = alone(sentences, padding=True), full(sentences, padding=True)
+    assert ours["input_ids"] == theirs["input_ids"] and ours["attention_mask"] == theirs["attention_mask"]
+    ElmoTokenizer(max_characters_per_token=30).save_pretrained(tmp_path / "bilm")
+    with pytest.raises(ValueError, match="disagrees with its config: it has max_characters_per_token 30"):
+        load_tokenizer(tmp_path / "bilm")
 
 
 # -- weights that cannot be read, or only by unpickling (issue 50) ----------------------------------------------------
