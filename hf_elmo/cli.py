@@ -16,7 +16,7 @@ from pathlib import Path
 import torch
 from transformers.utils import logging as transformers_logging
 
-from .command_line import PRE_TOKENIZERS, local_pre_tokenizer, parse_command
+from .command_line import PRE_TOKENIZER_NEEDS, local_pre_tokenizer, parse_command, whitespace_words_error
 from .configuration_elmo import CPU_MATMULS
 from .embedding_files import EmbedSettings, JobProcess, embed_file, run_identity
 from .errors import CommandError, ElmoConversionError, first_line, run_entry_point
@@ -113,13 +113,8 @@ def prepare_embedding(args, process: JobProcess) -> tuple:
     if isinstance(model, ElmoHeadModel) and process.rank == 0:
         print(f"hf-elmo: note: {bilm_note(args.model, model)}", file=sys.stderr)
     model = bilm_of(model)
-    if tokenizer.pre_tokenizer == "korean_morphemes" and not args.pretokenize:
-        # Split on whitespace, a line's words would reach the biLM as units it never read in pre-training (배를, not
-        # 배 and 를).
-        raise CommandError(
-            f"{args.model} reads Korean morphemes (pre_tokenizer korean_morphemes), not whitespace words: pass "
-            "--pretokenize (one vector per morpheme)"
-        )
+    if error := whitespace_words_error(args.model, tokenizer.pre_tokenizer, args.pretokenize):  # a Hub model's
+        raise CommandError(error)
     layers = "all" if args.all else "top" if args.top else "average" if args.average else args.mix
     if args.mix is not None and len(args.mix) != model.config.num_representation_layers:  # a Hub model's config
         raise CommandError(
@@ -254,12 +249,12 @@ def reading_rows(name: str) -> dict[str, str]:
     """What `info` says of the units a folder reads where a pre-tokenizer splits them (`ko-nsmc`: Korean morphemes,
     through kiwipiepy), and what `embed` needs for it."""
     pre_tokenizer = local_pre_tokenizer(name)
-    if pre_tokenizer not in PRE_TOKENIZERS:
+    if pre_tokenizer not in PRE_TOKENIZER_NEEDS:
         return {}
-    units, package, install = PRE_TOKENIZERS[pre_tokenizer]
-    installed = "installed" if importlib.util.find_spec(package) else f"not installed: {install}"
+    needs = PRE_TOKENIZER_NEEDS[pre_tokenizer]
+    installed = "installed" if importlib.util.find_spec(needs.package) else f"not installed: {needs.install}"
     return {
-        "reads": f"{units} (pre_tokenizer {pre_tokenizer}), through {package} ({installed})",
+        "reads": f"{needs.units} (pre_tokenizer {pre_tokenizer}), through {needs.package} ({installed})",
         "embed needs": "--pretokenize (one vector per unit)",
     }
 

@@ -22,6 +22,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import NamedTuple
 
 from .model_names import is_path_only, local_model_folder, original_checkpoint
 from .text_files import unreadable_reason
@@ -291,8 +292,34 @@ def local_pre_tokenizer(model: str) -> str | None:
     return name if isinstance(name, str) else None
 
 
-# What each pre-tokenizer splits a line into, and the package that does it (its extra).
-PRE_TOKENIZERS = {"korean_morphemes": ("Korean morphemes", "kiwipiepy", 'pip install "kiwipiepy>=0.21"')}
+class PreTokenizerNeeds(NamedTuple):
+    """What a pre-tokenizer splits a line into, the package that does it and its install line."""
+
+    units: str
+    unit: str
+    package: str
+    install: str
+
+
+PRE_TOKENIZER_NEEDS = {
+    "korean_morphemes": PreTokenizerNeeds("Korean morphemes", "morpheme", "kiwipiepy", 'pip install "kiwipiepy>=0.21"')
+}
+
+
+def whitespace_words_error(model: str, pre_tokenizer: str | None, pretokenize: bool) -> str | None:
+    """
+    The one-line error of `embed` without `--pretokenize` on a model whose tokenizer splits lines into other units
+    (`PRE_TOKENIZER_NEEDS`), or None: split on whitespace, a line's words would reach the biLM as units it never read
+    in pre-training (배를, not 배 and 를). Asked before the model loads (a local folder's `tokenizer_config.json`)
+    and again once its tokenizer has (a Hub model's).
+    """
+    if pretokenize or pre_tokenizer not in PRE_TOKENIZER_NEEDS:
+        return None
+    needs = PRE_TOKENIZER_NEEDS[pre_tokenizer]
+    return (
+        f"{model} reads {needs.units} (pre_tokenizer {pre_tokenizer}), not whitespace words: pass --pretokenize (one "
+        f"vector per {needs.unit})"
+    )
 
 
 def missing_for_embed(args: argparse.Namespace) -> str | None:
@@ -300,15 +327,12 @@ def missing_for_embed(args: argparse.Namespace) -> str | None:
     JSON files and the installed packages: `--pretokenize` for a folder reading morphemes, the pre-tokenizer's package,
     h5py for HDF5 output. None otherwise."""
     pre_tokenizer = local_pre_tokenizer(args.model)
-    if pre_tokenizer in PRE_TOKENIZERS:
-        units, package, install = PRE_TOKENIZERS[pre_tokenizer]
-        if not args.pretokenize:  # as embed says it once the tokenizer is loaded
-            return (
-                f"{args.model} reads {units} (pre_tokenizer {pre_tokenizer}), not whitespace words: pass "
-                "--pretokenize (one vector per morpheme)"
-            )
-        if importlib.util.find_spec(package) is None:
-            return f"{args.model} reads {units}, which needs {package}: {install}"
+    if error := whitespace_words_error(args.model, pre_tokenizer, args.pretokenize):
+        return error
+    if pre_tokenizer in PRE_TOKENIZER_NEEDS:
+        needs = PRE_TOKENIZER_NEEDS[pre_tokenizer]
+        if importlib.util.find_spec(needs.package) is None:
+            return f"{args.model} reads {needs.units}, which needs {needs.package}: {needs.install}"
     if args.format == "hdf5" and importlib.util.find_spec("h5py") is None:
         return "HDF5 output needs h5py: pip install h5py (or use --format npy)"
     return None

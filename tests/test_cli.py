@@ -860,6 +860,24 @@ def test_push_uploads_a_bundled_model_complete_and_a_bad_id_is_one_line(stand_in
     assert len(lines) == 1 and lines[0].startswith("hf-elmo: error: bad id! "), lines
 
 
+def test_embed_of_a_hub_model_reading_morphemes_needs_pretokenize_once_its_tokenizer_loads(
+    stand_in_hub, tmp_path, capsys
+):
+    """A Hub id has no local tokenizer_config.json to read before the model loads: the same one line as a local
+    folder's, once its tokenizer has loaded, and nothing written."""
+    assert main(["push", "ko-nsmc", "someone/ko-nsmc"]) == 0
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "ko.txt").write_text("배가 고프다\n", encoding="utf-8")
+    capsys.readouterr()
+    assert main(["embed", "someone/ko-nsmc", str(work / "ko.txt"), str(work / "ko.npy"), "--top"]) == 1
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "hf-elmo: error: someone/ko-nsmc reads Korean morphemes (pre_tokenizer korean_morphemes), not whitespace "
+        "words: pass --pretokenize (one vector per morpheme)"
+    )
+    assert [path.name for path in work.iterdir()] == ["ko.txt"]
+
+
 def test_quickstart_options_reach_the_comparison_and_are_checked_before_it(tmp_path, monkeypatch, capsys):
     """`--model` runs the bundled homonyms on that biLM, `--word` with `--sentences` the user's homonym (read by
     `quickstart.read_homonym` before the model loads); one without the other, a file that does not exist or does
