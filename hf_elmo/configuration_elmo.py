@@ -360,12 +360,17 @@ class ElmoConfig(PreTrainedConfig):
 
     def __setattr__(self, key, value):
         # Every field's rule, whenever it is set: `from_pretrained(..., n_layers=...)` sets fields after `__init__`.
-        key = self.attribute_map.get(key, key)
-        field = self.__dataclass_fields__.get(key)
-        rule = TRANSFORMERS_FIELD_RULES.get(key) or (field_rule(field) if field is not None else None)
+        key, rule = self.rule_of(key)
         if rule is not None:
             value = rule.checked(key, value)
         super().__setattr__(key, value)
+
+    @classmethod
+    def rule_of(cls, key: str) -> tuple[str, Rule | None]:
+        """The field `key` names (`num_hidden_layers`: `n_layers`) and its rule; None for a key without one."""
+        key = cls.attribute_map.get(key, key)
+        field = cls.__dataclass_fields__.get(key)
+        return key, TRANSFORMERS_FIELD_RULES.get(key) or (field_rule(field) if field is not None else None)
 
     def validate_architecture(self):
         """Raises a `ValueError` saying why, when the fields, each allowed alone, build no ELMo model together."""
@@ -422,11 +427,20 @@ class ElmoConfig(PreTrainedConfig):
     def _dict_from_json_file(cls, json_file) -> dict:
         """
         The object a `config.json` holds (what `from_json_file` and `from_pretrained` read), read by
-        `errors.read_json_file`: a file that is no JSON object is one line naming it.
+        `errors.read_json_file`: a file that is no JSON object, or a field its rule refuses, is one line naming the
+        file. (transformers' `AutoConfig` reads the file itself: there the field's refusal comes from `__init__`.)
         """
         fix = "copy or download the model folder again"
-        config_dict = JsonFields(read_json_file(json_file, fix), json_file, fix).data
-        return cls._decode_special_floats(config_dict)
+        fields = JsonFields(read_json_file(json_file, fix), json_file, fix)
+        config_dict = cls._decode_special_floats(fields.data)
+        for key, value in config_dict.items():
+            name, rule = cls.rule_of(key)
+            try:
+                if rule is not None:
+                    rule.checked(name, value)
+            except ValueError as error:
+                raise fields.error(str(error)) from None
+        return config_dict
 
     def to_dict(self) -> dict:
         """As transformers' `to_dict` (which `save_pretrained` and `to_json_string` write), without the machine

@@ -187,8 +187,10 @@ def test_word_vector_fields_go_together_and_are_saved(tmp_path):
     ],
 )
 def test_each_field_is_checked_for_its_type_and_range_by_name(tmp_path, field, value, allowed):
-    """In `__init__`, on a loaded config (as `from_pretrained(..., field=value)` sets it) and from a config.json."""
-    message = f"^{re.escape(f'{field} must be {allowed}, got {value!r}')}$"
+    """In `__init__`, on a loaded config (as `from_pretrained(..., field=value)` sets it) and from a config.json,
+    there naming the file."""
+    refusal = f"{field} must be {allowed}, got {value!r}"
+    message = f"^{re.escape(refusal)}$"
     with pytest.raises(ValueError, match=message):
         ElmoConfig(**{field: value})
     config = ElmoConfig()
@@ -197,8 +199,11 @@ def test_each_field_is_checked_for_its_type_and_range_by_name(tmp_path, field, v
     config.save_pretrained(tmp_path)
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**json.loads(path.read_text()), field: value}))
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError) as raised:
         ElmoConfig.from_pretrained(tmp_path)
+    assert str(raised.value) == f"{path}: {refusal}; copy or download the model folder again"
+    with pytest.raises(ValueError, match=message):  # transformers reads the file itself
+        AutoConfig.from_pretrained(tmp_path)
 
 
 def test_transformers_fields_that_hold_what_they_must_are_kept(tmp_path):
@@ -401,7 +406,8 @@ def test_sizes_that_would_not_fit_in_memory_are_refused_in_one_line_with_the_siz
         ),
         "max_characters_per_token": (
             {"max_characters_per_token": 1_000_000_000},
-            "max_characters_per_token must be an integer from 3 to 1000, got 1000000000",
+            f"{tmp_path / 'config.json'}: max_characters_per_token must be an integer from 3 to 1000, got 1000000000; "
+            "copy or download the model folder again",  # one field's refusal, as the file is read
         ),
     }
     for name, (fields, message) in cases.items():
