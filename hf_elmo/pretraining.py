@@ -366,18 +366,40 @@ class PretrainParser(HfArgumentParser):
         raise ValueError(message)
 
     def parse(self, argv: list[str]) -> tuple:
-        """The dataclasses of `argv`; an option it does not take is a one-line `ValueError` suggesting the nearest."""
-        import difflib
-
-        *parsed, unknown = self.parse_args_into_dataclasses(
+        """
+        The dataclasses of `argv`; an option it does not take is a one-line `ValueError` suggesting the nearest,
+        named before a required option is found missing (`--max_step` alone: the misspelt flag, not the missing
+        files, is what the user fixes first).
+        """
+        unknown = [word for word in argv if self.is_unknown_option(word)]
+        if unknown:
+            self.refuse_unknown(unknown)
+        *parsed, remaining = self.parse_args_into_dataclasses(
             argv, look_for_args_file=False, return_remaining_strings=True
         )
-        if unknown:
-            flag = next((a.split("=", 1)[0] for a in unknown if a.startswith("-")), unknown[0])
-            nearest = difflib.get_close_matches(flag, list(self._option_string_actions), n=1)
-            hint = f"; did you mean {nearest[0]}?" if nearest else "; hf-elmo pretrain --help lists every option"
-            raise ValueError(f"unrecognized arguments: {' '.join(unknown)}{hint}")
+        if remaining:
+            self.refuse_unknown(remaining)
         return tuple(parsed)
+
+    def is_unknown_option(self, word: str) -> bool:
+        """`word` looks like an option (`--name`, `--name=value`; not `-`, `--` or a negative number) this parser
+        does not take."""
+        if not word.startswith("-") or word in ("-", "--"):
+            return False
+        try:
+            float(word)
+            return False
+        except ValueError:
+            return word.split("=", 1)[0] not in self._option_string_actions
+
+    def refuse_unknown(self, unknown: list[str]):
+        """The one-line `ValueError` naming the words of `unknown` and the option nearest its first."""
+        import difflib
+
+        flag = next((word.split("=", 1)[0] for word in unknown if word.startswith("-")), unknown[0])
+        nearest = difflib.get_close_matches(flag, list(self._option_string_actions), n=1)
+        hint = f"; did you mean {nearest[0]}?" if nearest else "; hf-elmo pretrain --help lists every option"
+        raise ValueError(f"unrecognized arguments: {' '.join(unknown)}{hint}")
 
 
 def build_parser() -> HfArgumentParser:

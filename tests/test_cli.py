@@ -720,13 +720,15 @@ def test_pretrain_subcommand_reports_bad_arguments(tmp_path, capsys):
 
 
 def test_pretrain_names_an_unknown_option_with_the_nearest_and_a_missing_one_in_one_line(tmp_path, capsys):
-    """Issue 51 s3: `--max_step` was 127 lines of usage, then transformers' "Some specified arguments are not used"."""
+    """Issue 51 s3: `--max_step` was 127 lines of usage, then transformers' "Some specified arguments are not used".
+    A misspelt option is named before a missing one (the first thing to fix); a negative value is no option."""
     (tmp_path / "train.txt").write_text("a b\n", encoding="utf-8")
     files = ["--train-file", str(tmp_path / "train.txt"), "--output-dir", str(tmp_path / "model")]
+    unknown = "unrecognized arguments: --max_step; did you mean --max_steps?"
     for argv, line in {
-        (*files, "--validation-file", str(tmp_path / "train.txt"), "--max_step", "20"): (
-            "unrecognized arguments: --max_step 20; did you mean --max_steps?"
-        ),
+        (*files, "--validation-file", str(tmp_path / "train.txt"), "--max_step", "20"): unknown,
+        ("--max_step", "20"): unknown,
+        (*files, "--seed", "-1", "--max_step=20"): "unrecognized arguments: --max_step=20; did you mean --max_steps?",
         tuple(files): "the following arguments are required: --validation_file/--validation-file",
     }.items():
         capsys.readouterr()
