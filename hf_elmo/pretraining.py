@@ -22,6 +22,7 @@ import json
 import math
 import os
 import platform
+import re
 import shlex
 import shutil
 import sys
@@ -358,6 +359,10 @@ class PretrainingArguments(TrainingArguments):
         self.dataloader_pin_memory = self.dataloader_pin_memory and torch.cuda.is_available() and not self.use_cpu
 
 
+# A negative number, which argparse reads as a value, not an option.
+NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
+
+
 class PretrainParser(HfArgumentParser):
     """`HfArgumentParser` whose every error is one line (argparse would print the usage first: every
     `TrainingArguments` option, over a hundred lines), an unknown option named with the nearest one it takes."""
@@ -371,7 +376,8 @@ class PretrainParser(HfArgumentParser):
         named before a required option is found missing (`--max_step` alone: the misspelt flag, not the missing
         files, is what the user fixes first).
         """
-        unknown = [word for word in argv if self.is_unknown_option(word)]
+        options = argv[: argv.index("--")] if "--" in argv else argv  # after "--", every word is a value
+        unknown = [word for word in options if self.is_unknown_option(word)]
         if unknown:
             self.refuse_unknown(unknown)
         *parsed, remaining = self.parse_args_into_dataclasses(
@@ -382,15 +388,11 @@ class PretrainParser(HfArgumentParser):
         return tuple(parsed)
 
     def is_unknown_option(self, word: str) -> bool:
-        """`word` looks like an option (`--name`, `--name=value`; not `-`, `--` or a negative number) this parser
-        does not take."""
-        if not word.startswith("-") or word in ("-", "--"):
+        """`word` looks like an option (`--name`, `--name=value`; not `-` or a negative number) this parser does not
+        take."""
+        if not word.startswith("-") or word == "-" or NUMBER.fullmatch(word):
             return False
-        try:
-            float(word)
-            return False
-        except ValueError:
-            return word.split("=", 1)[0] not in self._option_string_actions
+        return word.split("=", 1)[0] not in self._option_string_actions
 
     def refuse_unknown(self, unknown: list[str]):
         """The one-line `ValueError` naming the words of `unknown` and the option nearest its first."""
