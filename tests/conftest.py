@@ -103,6 +103,7 @@ def stand_in_hub(tmp_path, monkeypatch):
     on 127.0.0.1 for one test, with this process and its subprocesses pointed at it: `HF_ENDPOINT`, a Hub cache
     and `HF_HOME` of the test's own, a dummy `HF_TOKEN`, and offline mode off. Stopped after the test.
     """
+    import transformers.utils.hub
     from hub_stand_in import StandInHub
     from huggingface_hub import constants
 
@@ -122,5 +123,8 @@ def stand_in_hub(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HOME", settings["HF_HOME"])
     monkeypatch.setattr(constants, "HF_HUB_CACHE", settings["HF_HUB_CACHE"])
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    # transformers' shared client (`hf_api()`, made on first use) keeps the endpoint it was made with: made anew
+    # for this stand-in, and dropped after it.
+    monkeypatch.setattr(transformers.utils.hub, "_hf_api", None)
     yield hub
     hub.stop()

@@ -1,4 +1,4 @@
-"""The private parts of torch, transformers and argparse that hf_elmo uses, each pinned by one test.
+"""The private parts of torch, transformers and argparse that hf_elmo (and its test setup) uses, each pinned by one test.
 
 A private name has no promise behind it: a release may rename it, change its arguments or its meaning without a word.
 Each test asserts what the package relies on, and fails with one message naming the private part, what changed, and
@@ -191,3 +191,19 @@ def test_torch_onnx_exporter_logs_its_registration_notes_under_the_name_silenced
     assert isinstance(found, logging.Logger) and found.name == name, changed(
         f"the logger {name}", "onnx_elmo.quiet_exporter", f"the module's logger is {found!r}"
     )
+
+
+def test_transformers_shared_hub_client_is_made_on_first_use_with_the_endpoint_of_that_time(monkeypatch):
+    """`transformers.utils.hub.hf_api()` returns one `HfApi`, kept in `_hf_api` once made, whose endpoint is the
+    one `huggingface_hub.constants.ENDPOINT` held then: the stand-in Hub of each test needs it made anew."""
+    import transformers.utils.hub
+    from huggingface_hub import constants
+
+    used = "tests/conftest.py's stand_in_hub fixture, which sets it to None for each stand-in"
+    private = "transformers.utils.hub._hf_api"
+    assert hasattr(transformers.utils.hub, "_hf_api"), changed(private, used, "no longer a module attribute")
+    monkeypatch.setattr(transformers.utils.hub, "_hf_api", None)
+    monkeypatch.setattr(constants, "ENDPOINT", "http://127.0.0.1:9")
+    made = transformers.utils.hub.hf_api()
+    assert transformers.utils.hub._hf_api is made, changed(private, used, "hf_api() no longer keeps its client there")
+    assert made.endpoint == "http://127.0.0.1:9", changed(private, used, f"the client's endpoint is {made.endpoint}")
