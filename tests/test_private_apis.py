@@ -1,4 +1,4 @@
-"""The private parts of torch, transformers and argparse that hf_elmo (and its test setup) uses, each pinned by one test.
+"""The private parts of torch, transformers and argparse that hf_elmo and its test setup use, each pinned by a test.
 
 A private name has no promise behind it: a release may rename it, change its arguments or its meaning without a word.
 Each test asserts what the package relies on, and fails with one message naming the private part, what changed, and
