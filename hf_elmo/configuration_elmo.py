@@ -435,9 +435,10 @@ class ElmoConfig(PreTrainedConfig):
         config_dict = cls._decode_special_floats(fields.data)
         for key, value in config_dict.items():
             name, rule = cls.rule_of(key)
+            if rule is None:
+                continue
             try:
-                if rule is not None:
-                    rule.checked(name, value)
+                rule.checked(name, value)
             except ValueError as error:
                 raise fields.error(str(error)) from None
         return config_dict

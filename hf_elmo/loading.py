@@ -186,12 +186,7 @@ def load_model_and_tokenizer(
     tokenizer gives `word_vector_ids` exactly when the model is a head with word vectors (`config.word_vector_dim`,
     set in the folder or by `from_pretrained_kwargs`), whatever the folder's tokenizer was saved with.
     """
-    path = resolve_model_name(str(name), hub)
-    folder = Path(path)
-    if folder.is_dir():  # before the weights load: the check needs the config alone
-        with one_line_errors(name):
-            config = ElmoConfig.from_pretrained(path)
-        check_tokenizer(None, config, name, files=os.listdir(folder))
+    path, _ = _resolved_with_tokenizer_files_checked(name, hub)
     with one_line_errors(name):
         model = _from_pretrained(path, model_class, device, from_pretrained_kwargs)
         # A head's word vectors read the ids; the biLM of a head folder would refuse them.
@@ -207,16 +202,26 @@ def load_tokenizer(name: str | os.PathLike, *, hub: bool = True) -> ElmoTokenize
     tokenizer files alone: for what a script checks on its data (units, windows) before the weights load. The same
     one-line `ValueError`s as `load_model_and_tokenizer`.
     """
-    path = resolve_model_name(str(name), hub)
-    folder = Path(path)
+    path, config = _resolved_with_tokenizer_files_checked(name, hub)
     with one_line_errors(name):
-        config = ElmoConfig.from_pretrained(path)
-    if folder.is_dir():
-        check_tokenizer(None, config, name, files=os.listdir(folder))
-    with one_line_errors(name):
+        config = config or ElmoConfig.from_pretrained(path)  # a Hub id's
         tokenizer = _tokenizer_of(path, config, word_vector_ids=False)
     check_tokenizer(tokenizer, config, name)
     return tokenizer
+
+
+def _resolved_with_tokenizer_files_checked(name: str | os.PathLike, hub: bool) -> tuple[str, ElmoConfig | None]:
+    """
+    `name` resolved (`resolve_model_name`) and, for a local folder, its config, the tokenizer files the config needs
+    checked first: before the weights or the tokenizer load, for the config alone tells. A Hub id's config is None.
+    """
+    path = resolve_model_name(str(name), hub)
+    if not Path(path).is_dir():
+        return path, None
+    with one_line_errors(name):
+        config = ElmoConfig.from_pretrained(path)
+    check_tokenizer(None, config, name, files=os.listdir(path))
+    return path, config
 
 
 def _tokenizer_of(path: str, config: ElmoConfig, word_vector_ids: bool) -> ElmoTokenizer:

@@ -22,7 +22,6 @@ import json
 import math
 import os
 import platform
-import re
 import shlex
 import shutil
 import sys
@@ -359,10 +358,6 @@ class PretrainingArguments(TrainingArguments):
         self.dataloader_pin_memory = self.dataloader_pin_memory and torch.cuda.is_available() and not self.use_cpu
 
 
-# A negative number, which argparse reads as a value, not an option.
-NUMBER = re.compile(r"-\d+(\.\d*)?([eE][-+]?\d+)?")
-
-
 class PretrainParser(HfArgumentParser):
     """`HfArgumentParser` whose every error is one line (argparse would print the usage first: every
     `TrainingArguments` option, over a hundred lines), an unknown option named with the nearest one it takes."""
@@ -388,9 +383,9 @@ class PretrainParser(HfArgumentParser):
         return tuple(parsed)
 
     def is_unknown_option(self, word: str) -> bool:
-        """`word` looks like an option (`--name`, `--name=value`; not `-` or a negative number) this parser does not
-        take."""
-        if not word.startswith("-") or word == "-" or NUMBER.fullmatch(word):
+        """`word` is what argparse would read as an option (`--name`, `--name=value`; not `-`, a word with a space or
+        a negative number by argparse's own `_negative_number_matcher`) and this parser does not take it."""
+        if not word.startswith("-") or word == "-" or " " in word or self._negative_number_matcher.match(word):
             return False
         return word.split("=", 1)[0] not in self._option_string_actions
 

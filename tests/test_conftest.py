@@ -10,10 +10,10 @@ TESTS_DIR = Path(__file__).resolve().parent
 
 
 def run_pytest(target: str, cwd: Path, ci: str, path: list[Path], **variables) -> subprocess.CompletedProcess:
-    """`pytest -q -rs TARGET` in a child process from `cwd`, under `CI=ci`, with `path` as its PYTHONPATH and the
-    environment `variables` set."""
+    """`pytest -q -rs -n 0 TARGET` (one test, without the project's worker processes) in a child process from
+    `cwd`, under `CI=ci`, with `path` as its PYTHONPATH and the environment `variables` set."""
     env = {**os.environ, **variables, "CI": ci, "PYTHONPATH": os.pathsep.join(map(str, path))}
-    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", target]
+    command = [sys.executable, "-m", "pytest", "-q", "-rs", "-n", "0", "-p", "no:cacheprovider", target]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120, cwd=cwd)
 
 

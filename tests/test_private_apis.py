@@ -164,7 +164,8 @@ def test_a_tensors_version_counts_its_in_place_writes():
 
 def test_argparse_tables_of_actions_and_option_strings():
     """`parser._actions` (each with its `nargs` and, for subparsers, `choices`) and `parser._option_string_actions`
-    (every option string the parser takes): how the command line names an unknown option before a missing one."""
+    (every option string the parser takes): how the command line names an unknown option before a missing one; and
+    `_negative_number_matcher`, by which argparse reads `-1` as a value."""
     used = "command_line.CommandParser.parse_known_args"
     parser = CommandParser(prog="probe")
     parser.add_argument("--all", action="store_true")
@@ -179,6 +180,12 @@ def test_argparse_tables_of_actions_and_option_strings():
     assert isinstance(tables["_option_string_actions"], dict) and {"--all", "-h", "--help"} <= set(
         tables["_option_string_actions"]
     ), changed("argparse.ArgumentParser._option_string_actions", used, "it no longer holds every option string")
+    # pretraining.PretrainParser.is_unknown_option takes a negative number for a value, as argparse does.
+    matcher = getattr(parser, "_negative_number_matcher", None)
+    values = {word: bool(matcher and matcher.match(word)) for word in ("-1", "-0.5", "-.5", "--seed")}
+    assert values == {"-1": True, "-0.5": True, "-.5": True, "--seed": False}, changed(
+        "argparse.ArgumentParser._negative_number_matcher", "pretraining.PretrainParser", f"it matches {values}"
+    )
 
 
 def test_torch_onnx_exporter_logs_its_registration_notes_under_the_name_silenced():
