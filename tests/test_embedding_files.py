@@ -441,6 +441,7 @@ def assert_same_embeddings(got: dict[str, np.ndarray], want: dict[str, np.ndarra
         np.testing.assert_allclose(got[name], want[name], atol=FLOAT32_TOLERANCE, err_msg=name)
 
 
+@pytest.mark.slow
 def test_torchrun_two_processes_write_the_single_process_file(model_dir, tmp_path):
     lines = corpus(61, seed=9)
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -453,6 +454,7 @@ def test_torchrun_two_processes_write_the_single_process_file(model_dir, tmp_pat
     assert_same_embeddings(read_hdf5(tmp_path / "two.h5"), read_hdf5(tmp_path / "one.h5"))
 
 
+@pytest.mark.slow
 def test_torchrun_failure_on_one_rank_writes_no_output(model_dir, tmp_path):
     """Line 4 is not UTF-8 and belongs to rank 1 (odd index): rank 0 embeds its lines, then all stop, OUTPUT absent."""
     lines = [line.encode() for line in corpus(40, seed=10)]

@@ -19,6 +19,7 @@ from transformers import AutoModelForSequenceClassification, AutoModelForTokenCl
 from utils import FLOAT32_TOLERANCE, require, tiny_config, word_vocab_tokenizer, write_original_checkpoint
 
 from hf_elmo import ElmoForPreTraining, ElmoModel, ElmoTokenizer
+from hf_elmo.errors import run_entry_point
 from hf_elmo.folder_layout import SIF_A
 from hf_elmo.folders import lock_output
 from hf_elmo.loading import read_weights_with_prefix
@@ -278,7 +279,7 @@ def test_run_classification_starts_word_vectors_from_the_pretraining_softmax(
     )
 
 
-def test_examples_take_a_bundled_model_and_refuse_an_unknown_name_at_once(tmp_path):
+def test_examples_take_a_bundled_model_and_refuse_an_unknown_name_at_once(tmp_path, in_process, capsys):
     """`--model_name_or_path ko-nsmc` is the bundled biLM; offline, a name that is neither a folder nor bundled is one
     line naming HF_HUB_OFFLINE=1 instead of minutes of Hub retries and a traceback."""
     write_sentences(tmp_path / "validation.csv", 8, seed=1)
@@ -295,15 +296,11 @@ def test_examples_take_a_bundled_model_and_refuse_an_unknown_name_at_once(tmp_pa
         assert 0.0 <= json.loads((output_dir / "all_results.json").read_text())["eval_accuracy"] <= 1.0
         assert "pin_memory" not in evaluated.stderr  # no GPU here: no pinned memory, and no warning about it
 
-        missing = start_example(
-            script,
-            ["--model_name_or_path", "someone/elmo", *data, "--do_eval", "--output_dir", tmp_path / "no"],
-            tmp_path,
-        )
-        assert missing.returncode == 1 and "Traceback" not in missing.stderr, missing.stderr[-4000:]
-        assert missing.stderr.splitlines()[-1] == (
+        arguments = ["--model_name_or_path", "someone/elmo", *data, "--do_eval", "--output_dir", tmp_path / "no"]
+        assert in_process(script, arguments, capsys) == (
+            1,
             f"{script}: error: no such model folder or bundled model (ko-nsmc, ko-nsmc-sentiment): someone/elmo; "
-            "as a Hub id it is not in the Hub cache, and HF_HUB_OFFLINE=1 is set (unset it to download it)"
+            "as a Hub id it is not in the Hub cache, and HF_HUB_OFFLINE=1 is set (unset it to download it)\n",
         )
         assert not (tmp_path / "no").exists()
 
@@ -323,11 +320,12 @@ QUIET = ["--report_to", "none", "--save_strategy", "no", "--disable_tqdm", "true
 
 @pytest.fixture
 def in_process(monkeypatch, tmp_path):
-    """Runs an example's `main` here, as the script would run (its name in `sys.argv[0]`, offline, datasets' cache in
-    `tmp_path`); returns its exit status (0 when `main` returns) and what it printed on stderr."""
+    """Runs an example's `main` here, as the script runs it (through `run_entry_point`, its name in `sys.argv[0]`,
+    offline, datasets' cache in `tmp_path`); returns its exit status and what it printed on stderr."""
     import datasets
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)  # read once, as huggingface_hub loaded
     monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", str(tmp_path / "datasets-cache"))
 
     def run(script: str, arguments: list, capsys, after_quiet: tuple = ()) -> tuple[int, str]:
@@ -336,10 +334,12 @@ def in_process(monkeypatch, tmp_path):
         monkeypatch.setattr(sys, "argv", [script])
         capsys.readouterr()
         try:
-            module.main([*map(str, arguments), *QUIET, *map(str, after_quiet)])
-            code = 0
-        except SystemExit as exit:
+            code = run_entry_point(module.main, [*map(str, arguments), *QUIET, *map(str, after_quiet)])
+        except SystemExit as exit:  # argparse's and `sys.exit(message)`'s, which run_entry_point lets pass
             code = exit.code
+            if isinstance(code, str):  # as Python ends on it: the message on stderr, status 1
+                print(code, file=sys.stderr)
+                code = 1
         return code, capsys.readouterr().err
 
     return run
@@ -463,10 +463,10 @@ def test_a_second_run_into_an_output_folder_being_written_is_refused_in_one_line
     arguments = ["--model_name_or_path", base_model, "--train_file", data, "--do_train", "--output_dir", output_dir]
     with lock_output(output_dir):
         code, stderr = in_process(script, arguments, capsys)
-        # sys.exit(message): Python prints the message and exits with status 1.
-        assert code == (
+        assert (code, stderr) == (
+            1,
             f"{script}: error: another run (process {os.getpid()}) is writing {output_dir}; wait for it to end, or "
-            "stop it first"
+            "stop it first\n",
         )
     assert sorted(path.name for path in tmp_path.iterdir()) == [".out.partial", "train.csv"]
     assert (tmp_path / ".out.partial" / "checkpoint-40").is_dir()
@@ -483,10 +483,11 @@ def test_a_link_where_the_lock_file_would_be_is_refused_in_one_line_and_not_foll
     mine.write_bytes(b"the user's own bytes\n")
     link.symlink_to(mine)
     arguments = ["--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv", "--do_train"]
-    code, _ = in_process(script, [*arguments, "--output_dir", output_dir], capsys)
-    assert code == (
+    code, stderr = in_process(script, [*arguments, "--output_dir", output_dir], capsys)
+    assert (code, stderr) == (
+        1,
         f"{script}: error: {link} is a link (to {mine}) where hf_elmo makes its lock file; it was not followed and "
-        "nothing was written through it: remove the link and run again"
+        "nothing was written through it: remove the link and run again\n",
     )
     assert mine.read_bytes() == b"the user's own bytes\n" and link.is_symlink() and not output_dir.exists()
 
@@ -502,10 +503,13 @@ def test_a_link_where_the_staging_folder_would_be_is_refused_and_what_it_names_i
     (mine / "keep.txt").write_text("kept")
     link.symlink_to(mine)
     arguments = ["--model_name_or_path", base_model, "--train_file", tmp_path / "train.csv", "--do_train"]
-    code, _ = in_process("run_classification.py", [*arguments, "--max_steps", "1", "--output_dir", output_dir], capsys)
-    assert code == (
+    code, stderr = in_process(
+        "run_classification.py", [*arguments, "--max_steps", "1", "--output_dir", output_dir], capsys
+    )
+    assert (code, stderr) == (
+        1,
         f"run_classification.py: error: cannot write {output_dir}: {link} is a link (to {mine}) where hf_elmo makes "
-        "its staging folder; it was not followed and nothing was written through it: remove the link and run again"
+        "its staging folder; it was not followed and nothing was written through it: remove the link and run again\n",
     )
     assert [path.name for path in mine.iterdir()] == ["keep.txt"] and link.is_symlink() and not output_dir.exists()
 
@@ -579,9 +583,10 @@ def test_a_link_where_the_checkpoints_would_go_is_refused_and_what_it_names_is_u
     link.symlink_to(mine)
     arguments = ["--model_name_or_path", base_model, "--train_file", training_data("run_classification.py", tmp_path)]
     arguments += ["--do_train", "--max_steps", "1", "--output_dir", output_dir, "--overwrite_output_dir"]
-    code, _ = in_process("run_classification.py", arguments, capsys, after_quiet=SAVING)
-    assert isinstance(code, str) and code.startswith(f"run_classification.py: error: cannot write {output_dir}: ")
-    assert f"{link} is a link (to {mine})" in code and "\n" not in code
+    code, stderr = in_process("run_classification.py", arguments, capsys, after_quiet=SAVING)
+    error = stderr.splitlines()[-1]  # after the progress bars of the loading and the training
+    assert code == 1 and error.startswith(f"run_classification.py: error: cannot write {output_dir}: ")
+    assert f"{link} is a link (to {mine})" in error and "Traceback" not in stderr
     assert [path.name for path in mine.iterdir()] == ["keep.txt"] and link.is_symlink() and not output_dir.exists()
 
 
@@ -605,10 +610,12 @@ def test_a_full_disk_or_a_read_only_folder_is_one_line_and_leaves_nothing(
 
     with monkeypatch.context() as patch:
         patch.setattr(modeling_utils, "safe_save_file", full_disk)
-        code, _ = in_process("run_classification.py", arguments, capsys)
-    assert code == (
+        code, stderr = in_process("run_classification.py", arguments, capsys)
+    assert (code, stderr.splitlines()[-1], "Traceback" in stderr) == (
+        1,
         f"run_classification.py: error: cannot write {output_dir}: No space left on device (os error 28); free some "
-        "space and run again"
+        "space and run again",
+        False,
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["datasets-cache", "train.csv"]
 
@@ -619,10 +626,12 @@ def test_a_full_disk_or_a_read_only_folder_is_one_line_and_leaves_nothing(
 
     with monkeypatch.context() as patch:  # the folders module's own `os`, so that nothing else sees it
         patch.setattr(folders, "os", types.SimpleNamespace(**{**vars(os), "open": read_only_open}))
-        code, _ = in_process("run_classification.py", arguments, capsys)
-    assert code == (
+        code, stderr = in_process("run_classification.py", arguments, capsys)
+    assert (code, stderr.splitlines()[-1], "Traceback" in stderr) == (
+        1,
         f"run_classification.py: error: cannot write {output_dir}: Read-only file system; write to a folder on a "
-        "writable filesystem"
+        "writable filesystem",
+        False,
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["datasets-cache", "train.csv"]
 

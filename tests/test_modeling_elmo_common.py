@@ -246,7 +246,14 @@ def test_enable_input_require_grads(tester, model_class):
 # ---------------------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("model_class", ALL_MODEL_CLASSES)
+# ElmoForPreTraining's graph (its sampled softmax beside the biLM) takes the longest to trace: with the slow tests.
+EXPORTED_CLASSES = [
+    pytest.param(model_class, marks=[pytest.mark.slow] * (model_class is ElmoForPreTraining))
+    for model_class in ALL_MODEL_CLASSES
+]
+
+
+@pytest.mark.parametrize("model_class", EXPORTED_CLASSES)
 def test_torch_export_agrees_with_eager(tester, model_class):
     model = tester.create_model(model_class)
     inputs = tester.prepare_inputs(model_class=model_class)

@@ -150,6 +150,7 @@ def test_a_long_context_is_read_in_windows(monkeypatch):
         qa(question="what ran ?", context=context, max_length=8)
 
 
+@pytest.mark.slow
 def test_an_exported_graph_gives_the_models_logits(tmp_path, saved_folder):
     require("onnxruntime", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')
     require("onnxscript", reason='the ONNX tests need the onnx extra: pip install "hf_elmo[onnx]"')

@@ -219,6 +219,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.slow
 def test_torchrun_ddp_on_cpu(tmp_path):
     torch.manual_seed(0)
     model_dir = tmp_path / "base"

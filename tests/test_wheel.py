@@ -78,6 +78,7 @@ def test_sdist_and_wheel_pass_twine_check(artifacts):
     assert result.stdout.count("PASSED") == 2, result.stdout
 
 
+@pytest.mark.slow
 def test_the_installed_wheel_runs_the_quickstart_embed_and_a_pipeline_outside_the_checkout(installed, tmp_path):
     bin_folder, env = installed
     where = textwrap.dedent("""
