@@ -834,7 +834,6 @@ def test_embed_cpu_matmul_reaches_the_model(model_dir, model, tmp_path):
         quantized = torch.from_numpy(written[str(index)])
         assert not torch.allclose(quantized, expected, atol=FLOAT32_TOLERANCE)
         assert torch.nn.functional.cosine_similarity(quantized, expected, dim=-1).min() > 0.99
-    assert run_cli("embed", model_dir, tmp_path / "in.txt", tmp_path / "x.h5", "--cpu-matmul", "mkl").returncode == 2
 
 
 def test_a_cpu_matmul_the_config_does_not_know_is_an_argument_error(model_dir, tmp_path, capsys):

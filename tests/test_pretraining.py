@@ -385,13 +385,13 @@ def test_negatives_are_drawn_from_the_log_uniform_distribution():
 
 FREED_MEMORY_SCRIPT = """
 import ctypes, json, sys, torch
-from hf_elmo.pretraining import keep_freed_memory
 class MallocInfo(ctypes.Structure):  # glibc's struct mallinfo2 (malloc.h), all size_t
     _fields_ = [(name, ctypes.c_size_t) for name in
                 "arena ordblks smblks hblks hblkhd usmblks fsmblks uordblks fordblks keepcost".split()]
 libc = ctypes.CDLL(None)
 libc.mallinfo2.restype = MallocInfo
-if sys.argv[1] == "keep":
+if sys.argv[1] == "keep":  # hf_elmo.pretraining (and transformers' Trainer) imported only where it is used
+    from hf_elmo.pretraining import keep_freed_memory
     keep_freed_memory()
 steps = []
 for _ in range(3):  # a step allocates, writes and frees 96 MiB of temporaries
