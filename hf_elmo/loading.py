@@ -204,7 +204,8 @@ def load_tokenizer(name: str | os.PathLike, *, hub: bool = True) -> ElmoTokenize
     """
     path, config = _resolved_with_tokenizer_files_checked(name, hub)
     with one_line_errors(name):
-        config = config or ElmoConfig.from_pretrained(path)  # a Hub id's
+        if config is None:  # a Hub id's
+            config = ElmoConfig.from_pretrained(path)
         tokenizer = _tokenizer_of(path, config, word_vector_ids=False)
     check_tokenizer(tokenizer, config, name)
     return tokenizer
@@ -212,8 +213,8 @@ def load_tokenizer(name: str | os.PathLike, *, hub: bool = True) -> ElmoTokenize
 
 def _resolved_with_tokenizer_files_checked(name: str | os.PathLike, hub: bool) -> tuple[str, ElmoConfig | None]:
     """
-    `name` resolved (`resolve_model_name`) and, for a local folder, its config, the tokenizer files the config needs
-    checked first: before the weights or the tokenizer load, for the config alone tells. A Hub id's config is None.
+    `name` resolved (`resolve_model_name`) and, for a local folder, its config, with the tokenizer files that config
+    needs checked before the weights or the tokenizer load (the config alone says which); for a Hub id, None.
     """
     path = resolve_model_name(str(name), hub)
     if not Path(path).is_dir():
