@@ -248,7 +248,7 @@ def test_enable_input_require_grads(tester, model_class):
 
 # ElmoForPreTraining's graph (its sampled softmax beside the biLM) takes the longest to trace: with the slow tests.
 EXPORTED_CLASSES = [
-    pytest.param(model_class, marks=[pytest.mark.slow] * (model_class is ElmoForPreTraining))
+    pytest.param(model_class, marks=pytest.mark.slow if model_class is ElmoForPreTraining else ())
     for model_class in ALL_MODEL_CLASSES
 ]
 
