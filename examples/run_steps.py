@@ -28,7 +28,7 @@ from transformers import HfArgumentParser, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
 from hf_elmo.configuration_elmo import ElmoConfig, field_rule
-from hf_elmo.errors import ElmoConversionError, first_line
+from hf_elmo.errors import CommandError, first_line
 from hf_elmo.folders import (
     OutputLock,
     apply_umask,
@@ -208,7 +208,7 @@ def model_to_load(name: str) -> str:
     try:
         return resolve_model_name(name)
     except ValueError as error:
-        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")
+        raise CommandError(str(error)) from error
 
 
 def load_model(name: str, model_class, **from_pretrained_kwargs):
@@ -217,18 +217,16 @@ def load_model(name: str, model_class, **from_pretrained_kwargs):
     try:
         return load_model_and_tokenizer(name, model_class, **from_pretrained_kwargs)
     except ValueError as error:
-        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")
+        raise CommandError(str(error)) from error
 
 
 def lock_output_dir(training_args: TrainingArguments) -> OutputLock | None:
     """The lock of `--output_dir` (`folders.lock_output`), taken by the first process of the run; where another run
-    holds it, or it cannot be taken, the script ends with one line."""
+    holds it, or it cannot be taken, the script ends with one line (its `ElmoConversionError`, which
+    `errors.run_entry_point` reports)."""
     if training_args.process_index != 0:
         return None
-    try:
-        return lock_output(Path(training_args.output_dir).resolve())
-    except ElmoConversionError as error:
-        sys.exit(f"{Path(sys.argv[0]).name}: error: {error}")
+    return lock_output(Path(training_args.output_dir).resolve())
 
 
 def check_output_dir(training_args: TrainingArguments, overwrite: bool, model_name: str) -> None:
@@ -311,7 +309,7 @@ def output_written_whole(training_args: TrainingArguments, output_lock: OutputLo
     except Exception as error:
         if write_failure_reason(error) is None:
             raise
-        sys.exit(f"{Path(sys.argv[0]).name}: error: {write_error(output_dir, error)}")
+        raise CommandError(write_error(output_dir, error)) from error
     finally:
         training_args.output_dir = given
         if training_args.should_save:

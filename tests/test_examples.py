@@ -331,11 +331,8 @@ def in_process(monkeypatch, tmp_path):
         capsys.readouterr()
         try:
             code = run_entry_point(module.main, [*map(str, arguments), *QUIET, *map(str, after_quiet)])
-        except SystemExit as exit:  # argparse's and `sys.exit(message)`'s, which run_entry_point lets pass
+        except SystemExit as exit:  # argparse's, which run_entry_point lets pass
             code = exit.code
-            if isinstance(code, str):  # as Python ends on it: the message on stderr, status 1
-                print(code, file=sys.stderr)
-                code = 1
         return code, capsys.readouterr().err
 
     return run
