@@ -86,7 +86,9 @@ def build_word_vocab(
     [`SplitText`] holds them): `<S>`, `</S>`, `<UNK>` (ids 0, 1, 2), then the words seen at least `min_count` times by
     decreasing count, `max_size` entries at most (specials included). Frequency order is what the sampled softmax's
     log-uniform sampler assumes. A `tokenizers` pre-tokenizer is saved with the vocabulary (it splits text as the units
-    were split); an analyser in Python (`korean_morphemes`) leaves the vocabulary without one.
+    were split); an analyser in Python (`korean_morphemes`) leaves the vocabulary without one. A text where no word is
+    seen `min_count` times is refused (`ValueError`): its vocabulary would be the special words alone, every word
+    `<UNK>`, and a biLM trained on it would learn nothing.
     """
     if min_count < 1:
         raise ValueError(f"min_count must be at least 1, got {min_count}")
@@ -105,6 +107,11 @@ def build_word_vocab(
         show_progress=False,
     )
     tokenizer.train_from_iterator(units, trainer=trainer)
+    if tokenizer.get_vocab_size() == len(trainer.special_tokens):
+        raise ValueError(
+            f"no word of the text is seen {min_count} times or more (min_count, --min-count): every word would be "
+            "<UNK>; lower it or give more text"
+        )
     return tokenizer
 
 

@@ -437,6 +437,9 @@ def test_word_vocabulary_counts_caps_and_round_trips(tmp_path):
     vocab = build_word_vocab(lines, min_count=2)
     assert vocab.get_vocab() == {"<S>": 0, "</S>": 1, "<UNK>": 2, "a": 3, "b": 4}
     assert build_word_vocab(lines, max_size=4).get_vocab_size() == 4
+    assert build_word_vocab(lines, min_count=4).get_vocab() == {"<S>": 0, "</S>": 1, "<UNK>": 2, "a": 3}
+    with pytest.raises(ValueError, match="no word of the text is seen 5 times or more"):
+        build_word_vocab(lines, min_count=5)
     vocab.save(str(tmp_path / "vocab.json"))
     tokenizer = ElmoTokenizer(max_characters_per_token=20, vocab_file=str(tmp_path / "vocab.json"))
     plain = ElmoTokenizer(max_characters_per_token=20)
@@ -871,6 +874,19 @@ def test_text_holding_a_nul_byte_is_refused_as_embed_refuses_it(tmp_path, capsys
         2,
         f"hf-elmo: error: {tmp_path / 'train.txt'} line 65: not text (control character U+0000 at character 5, as in "
         "binary and UTF-16 files)\n",
+    )
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["train.txt", "valid.txt"]
+
+
+def test_text_where_no_word_reaches_min_count_is_refused_before_anything_is_written(tmp_path, capsys):
+    """A vocabulary of the special words alone would make every word `<UNK>`: one line, exit status 2, no folder."""
+    argv = short_run(tmp_path, tmp_path / "model")
+    argv[argv.index("--min-count") + 1] = "1000"
+    code, err = command(argv, capsys)
+    assert (code, err) == (
+        2,
+        "hf-elmo: error: no word of the text is seen 1000 times or more (min_count, --min-count): every word would be "
+        "<UNK>; lower it or give more text\n",
     )
     assert sorted(path.name for path in tmp_path.iterdir()) == ["train.txt", "valid.txt"]
 
