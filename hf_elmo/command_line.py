@@ -17,13 +17,13 @@ is parsed by transformers' `HfArgumentParser` over `TrainingArguments`; only its
 import argparse
 import errno
 import importlib.util
-import json
 import math
 import os
 import sys
 from pathlib import Path
 from typing import NamedTuple
 
+from .errors import FileContentError, read_json_file
 from .model_names import is_path_only, local_model_folder, original_checkpoint
 from .text_files import unreadable_reason
 
@@ -285,8 +285,8 @@ def local_pre_tokenizer(model: str) -> str | None:
     if folder is None:
         return None
     try:
-        settings = json.loads((folder / "tokenizer_config.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        settings = read_json_file(folder / "tokenizer_config.json", fix="")
+    except FileContentError:
         return None
     name = settings.get("pre_tokenizer") if isinstance(settings, dict) else None
     return name if isinstance(name, str) else None
@@ -375,9 +375,10 @@ def local_representation_layers(model: str) -> int | None:
     if folder is None:
         return None
     try:
-        n_layers = json.loads((folder / "config.json").read_text(encoding="utf-8"))["n_layers"]
-    except (OSError, ValueError, KeyError, TypeError):
+        config = read_json_file(folder / "config.json", fix="")
+    except FileContentError:
         return None
+    n_layers = config.get("n_layers") if isinstance(config, dict) else None
     return n_layers + 1 if isinstance(n_layers, int) else None
 
 

@@ -31,7 +31,7 @@ import torch
 
 from .alphabet_elmo import MARKER_ROLES, CharacterAlphabet
 from .configuration_elmo import ElmoConfig
-from .errors import ElmoConversionError, first_line
+from .errors import ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
 from .folders import atomic_directory, write_error
 from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
@@ -92,11 +92,18 @@ def resolve_settings(model_dir: Path, training_arguments: dict) -> tuple[dict, s
         raise ElmoConversionError(f"{model_dir / 'config.json'} has no config_path naming the model settings")
     for candidate in (model_dir / named, model_dir / os.path.basename(named)):
         if candidate.is_file():
-            try:
-                return json.loads(candidate.read_text(encoding="utf-8")), str(candidate)
-            except (UnicodeDecodeError, json.JSONDecodeError) as error:
-                raise ElmoConversionError(f"{candidate} is not a readable settings JSON: {error}") from error
+            return read_release_json(candidate), str(candidate)
     return STANDARD_SETTINGS, f"the built-in {STANDARD_SETTINGS_NAME} settings"
+
+
+def read_release_json(path: Path) -> dict:
+    """A JSON object of a release (its `config.json`, its model settings), read by `errors.read_json_file` (a
+    regular file of bounded size); anything else is a one-line `ElmoConversionError`."""
+    fix = "unpack the ELMoForManyLangs release again"
+    try:
+        return JsonFields(read_json_file(path, fix), path, fix).data
+    except FileContentError as error:
+        raise ElmoConversionError(str(error)) from error
 
 
 def config_from_settings(settings: dict, char_lexicon: dict, word_lexicon: dict | None) -> ElmoConfig:
@@ -243,12 +250,7 @@ def load_release(model_dir: Path) -> tuple[ElmoModel, ElmoTokenizer, str]:
         raise ElmoConversionError(
             f"{model_dir} is not an ELMoForManyLangs model folder: it lacks {', '.join(missing)}"
         )
-    try:
-        training_arguments = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ElmoConversionError(f"{model_dir / 'config.json'} is not readable JSON: {error}") from error
-    if not isinstance(training_arguments, dict):
-        raise ElmoConversionError(f"{model_dir / 'config.json'} is not a JSON object")
+    training_arguments = read_release_json(model_dir / "config.json")
     settings, settings_source = resolve_settings(model_dir, training_arguments)
     char_lexicon = read_dic(model_dir / "char.dic")
     word_lexicon = read_dic(model_dir / "word.dic") if (model_dir / "word.dic").is_file() else None

@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .errors import ElmoConversionError, first_line
+from .errors import ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
 from .folders import WRITE_ADVICE, atomic_directory, create_exclusively, write_error
 from .loading import load_model
 from .model_card import packaged_template, write_model_card
@@ -87,15 +87,13 @@ def resolve_file(path_or_url: str | os.PathLike, cache_dir: str | os.PathLike | 
 
 
 def read_options(path: str | os.PathLike) -> dict:
-    """The parsed `options.json`."""
+    """The parsed `options.json`, a JSON object (read by `errors.read_json_file`: a regular file of bounded size);
+    anything else is a one-line `ElmoConversionError`."""
+    fix = "it should be the options.json of an original ELMo checkpoint"
     try:
-        with open(path, encoding="utf-8") as handle:
-            options = json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ElmoConversionError(f"{path} is not a readable options.json: {error}") from error
-    if not isinstance(options, dict):
-        raise ElmoConversionError(f"{path} is not an ELMo options.json (its top level is not an object)")
-    return options
+        return JsonFields(read_json_file(path, fix), path, fix).data
+    except FileContentError as error:
+        raise ElmoConversionError(str(error)) from error
 
 
 def read_weights(path: str | os.PathLike) -> dict[str, np.ndarray]:

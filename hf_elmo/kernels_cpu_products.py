@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .errors import FileContentError, read_json_file
+
 # A product `x @ kernel` written into `out`, or added to it when `accumulate`.
 Product = Callable[[torch.Tensor, torch.Tensor, bool], None]
 
@@ -219,15 +221,16 @@ def fastest_library(in_dim: int, out_dim: int, rows: int, dtype: torch.dtype = t
     path = choices_file()
     if _choices is None:
         try:
-            _choices = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            _choices = {}
+            saved = read_json_file(path, fix="")
+        except FileContentError:
+            saved = {}
+        _choices = saved if isinstance(saved, dict) else {}
     key = (
         f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
         f"({rows}, {in_dim}) @ ({in_dim}, {out_dim})" + ("" if dtype == torch.float32 else f" | {dtype}")
     )
     own, onednn = CANDIDATES[dtype]
-    if key not in _choices:
+    if _choices.get(key) not in (own, onednn):  # not measured yet, or not a choice of these (a damaged file)
         if not torch.backends.mkldnn.is_available():
             _choices[key] = own
         else:

@@ -12,7 +12,6 @@ to its folder there, which `from_pretrained` reads as any local folder.
 
 import contextlib
 import errno
-import json
 import os
 import socket
 import urllib.parse
@@ -23,7 +22,7 @@ import torch
 
 from .bundled import BUNDLED_MODELS, bundled_model_path
 from .configuration_elmo import ElmoConfig
-from .errors import first_line
+from .errors import JsonFields, first_line, read_json_file
 from .model_names import is_path_only, original_checkpoint
 from .modeling_elmo import AUTO_CLASSES, ElmoHeadModel, ElmoModel, ElmoPreTrainedModel
 from .tokenization_elmo import TOKENIZER_CONFIG_FILE, ElmoTokenizer, check_tokenizer
@@ -81,14 +80,11 @@ def check_model_folder(folder: Path, name: str) -> None:
     be read, or is cut short or corrupt (whose error from safetensors would come as a traceback out of
     `from_pretrained`; its header is read here, not its tensors).
     """
-    try:
-        model_type = json.loads((folder / "config.json").read_text(encoding="utf-8")).get("model_type")
-    except FileNotFoundError as error:
-        raise ValueError(
-            original_checkpoint(str(folder)) or f"{name} is not an hf_elmo model folder (no config.json)"
-        ) from error
-    except (OSError, ValueError, AttributeError) as error:
-        raise ValueError(f"{name} is not an hf_elmo model folder (config.json: {first_line(error)})") from error
+    config_file = folder / "config.json"
+    if not config_file.exists():
+        raise ValueError(original_checkpoint(str(folder)) or f"{name} is not an hf_elmo model folder (no config.json)")
+    fix = "copy or download the model folder again"
+    model_type = JsonFields(read_json_file(config_file, fix), config_file, fix).data.get("model_type")
     if model_type != "elmo":
         raise ValueError(f"{name} is not an hf_elmo model folder (model_type {model_type!r})")
     pickled = sorted(path.name for path in folder.glob(PICKLED_WEIGHTS))

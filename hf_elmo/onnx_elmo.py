@@ -19,7 +19,6 @@ Outputs: the `graph_outputs` its class declares: for `ElmoModel`, `last_hidden_s
 
 import contextlib
 import inspect
-import json
 import logging
 import os
 import shutil
@@ -30,6 +29,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from .configuration_elmo import ElmoConfig
 from .errors import ElmoConversionError, first_line
 from .folders import atomic_directory
 from .loading import load_model_and_tokenizer
@@ -182,8 +182,7 @@ class ElmoOnnxSession:
         folder = Path(folder)
         if not (folder / ONNX_FILE).is_file():
             raise ValueError(f"{folder} holds no {ONNX_FILE}; write it with: hf-elmo export --format onnx")
-        config = json.loads((folder / "config.json").read_text(encoding="utf-8"))
-        self.max_characters_per_token = config["max_characters_per_token"]
+        self.max_characters_per_token = ElmoConfig.from_pretrained(folder).max_characters_per_token
         self.session = onnxruntime.InferenceSession(
             str(folder / ONNX_FILE), session_options, providers=providers or ["CPUExecutionProvider"]
         )

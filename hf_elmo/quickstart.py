@@ -17,7 +17,6 @@ matplotlib (the `plot` extra) it also draws the tables, a row of heatmaps per ho
 """
 
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +26,7 @@ from transformers import pipeline
 from transformers.utils import logging
 
 from .bundled import bundled_model_path
+from .errors import JsonFields, read_json_file
 from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -262,16 +262,21 @@ def verdict(similarities: torch.Tensor, homonym: Homonym) -> Verdict:
 
 def read_sense_counts(folder: str | os.PathLike) -> dict[str, dict[str, int]]:
     """`{unit: {sense, "no cue" or "several": occurrences}}` summed over the training files the
-    folder's `sense_counts.json` (`{file: {unit: {sense: occurrences}}}`) names; empty where it has none."""
+    folder's `sense_counts.json` (`{file: {unit: {sense: occurrences}}}`) names; empty where it has none. A file of
+    another shape is a one-line `FileContentError` naming the field."""
     path = Path(folder) / SENSE_COUNTS_FILE
-    if not path.is_file():
+    if not path.exists():
         return {}
+    fix = "copy the model folder again, or count anew with examples/nsmc/sense_counts.py"
+    by_file = JsonFields(read_json_file(path, fix), path, fix)
     totals: dict[str, dict[str, int]] = {}
-    for by_unit in json.loads(path.read_text(encoding="utf-8")).values():
-        for unit, counts in by_unit.items():
-            for sense, count in counts.items():
+    for file in by_file.data:
+        by_unit = JsonFields(by_file.take(file, dict), path, fix, where=by_file.name(file))
+        for unit in by_unit.data:
+            by_sense = JsonFields(by_unit.take(unit, dict), path, fix, where=by_unit.name(unit))
+            for sense in by_sense.data:
                 totals.setdefault(unit, {}).setdefault(sense, 0)
-                totals[unit][sense] += count
+                totals[unit][sense] += by_sense.take(sense, int, minimum=0)
     return totals
 
 

@@ -11,14 +11,13 @@ alone takes none of them (its defaults are TF-Hub ELMo's plain mean); [`ElmoSent
 both give the same vectors.
 """
 
-import json
 import os
 from collections.abc import Sequence
-from pathlib import Path
 
 import torch
 from transformers.utils import cached_file
 
+from .errors import FileContentError, JsonFields, read_json_file
 from .folder_layout import ENCODER_CONFIG_FILE, SIF_A
 from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoModel
@@ -192,13 +191,9 @@ def read_settings(name_or_path: str | os.PathLike, **hub_kwargs) -> dict:
     path = cached_file(name_or_path, ENCODER_CONFIG_FILE, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
     if path is None:
         return {}
-    try:
-        saved = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as error:
-        raise ValueError(f"{path} is not JSON: {error}") from error
-    if not isinstance(saved, dict):
-        raise ValueError(f"{path} must hold a JSON object of sentence-vector settings")
+    fix = "copy or download the model folder again"
+    saved = JsonFields(read_json_file(path, fix), path, fix).data
     unknown = sorted(set(saved) - set(ElmoSentenceEmbedder.settings_names))
     if unknown:
-        raise ValueError(f"{path} names settings hf_elmo does not know: {', '.join(unknown)}")
+        raise FileContentError(f"{path} names settings hf_elmo does not know: {', '.join(unknown)}; {fix}")
     return saved

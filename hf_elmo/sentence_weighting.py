@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from transformers.utils import cached_file
 
-from .errors import first_line
+from .errors import FileContentError, JsonFields, first_line, read_json_file
 from .text_files import read_sentences
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, UNK_TOKEN, ElmoTokenizer
 
@@ -85,11 +85,13 @@ class WordCounts:
         path = cached_file(name_or_path, WORD_COUNTS_FILE, _raise_exceptions_for_missing_entries=False, **hub_kwargs)
         if path is None:
             return None
+        fix = "copy or download the model folder again"
+        saved = JsonFields(read_json_file(path, fix), path, fix)
+        counts, words = saved.take("counts", list), saved.take("words", int)
         try:
-            saved = json.loads(Path(path).read_text(encoding="utf-8"))
-            return cls(saved["counts"], saved["words"])
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            raise ValueError(f"{path} holds no word counts: {first_line(error)}") from error
+            return cls(counts, words)
+        except ValueError as error:
+            raise FileContentError(f"{path} holds no word counts: {first_line(error)}; {fix}") from error
 
     def save_pretrained(self, folder: str | os.PathLike) -> Path:
         """Writes `word_counts.json` in `folder` (one line: the counts in vocabulary order)."""

@@ -994,8 +994,9 @@ def check_tokenizer(
     model with no tokenizer file at all and a byte alphabet takes the default tokenizer.
 
     With a `tokenizer`: it gives the model other rows than the config reads: another number of characters per token,
-    another character vocabulary, word inputs where the config has none or none where it has some, or word-vector ids
-    from a word vocabulary of another size than the word vectors' table.
+    another character vocabulary, word inputs where the config has none or none where it has some, word-input ids
+    past the config's table of word inputs, or word-vector ids from a word vocabulary of another size than the word
+    vectors' table.
     """
     field = model_config.get if isinstance(model_config, Mapping) else lambda key: getattr(model_config, key, None)
     if files is not None:
@@ -1028,6 +1029,10 @@ def check_tokenizer(
         )
     if (tokenizer.word_input_vocab is None) != (field("word_input_vocab_size") is None):
         disagreements.append("word inputs" if field("word_input_vocab_size") is None else "no word inputs")
+    elif tokenizer.word_input_vocab is not None:
+        largest, rows = max(tokenizer.word_input_vocab.values()), field("word_input_vocab_size")
+        if isinstance(rows, int) and largest >= rows:  # a config.json read raw is checked when the model loads
+            disagreements.append(f"word-input ids up to {largest:,} (the config's word inputs: {rows:,})")
     if tokenizer.word_vector_ids and tokenizer.word_vocab_size != field("word_vector_vocab_size"):
         disagreements.append(
             f"a word vocabulary of {tokenizer.word_vocab_size} words (the word vectors': "
@@ -1044,24 +1049,22 @@ def _read_model_config(folder: str) -> dict | None:
     """The ELMo model config (`config.json`) beside a tokenizer's files; None where there is none (a tokenizer saved
     alone) or it is not an ELMo config that can be read, which loading the model itself reports."""
     try:
-        with open(os.path.join(folder, CONFIG_NAME), encoding="utf-8") as handle:
-            model_config = json.load(handle)
-    except (OSError, ValueError):
+        model_config = read_json_file(os.path.join(folder, CONFIG_NAME), fix="")
+    except FileContentError:
         return None
     return model_config if isinstance(model_config, dict) and model_config.get("model_type") == "elmo" else None
 
 
 def _read_word_input_vocab(path: str) -> dict[str, int]:
-    """A word-input vocabulary (JSON object word -> id) with `<oov>` and `<pad>`."""
-    try:
-        with open(path, encoding="utf-8") as handle:
-            vocab = json.load(handle)
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as error:
-        raise ValueError(f"{path} is not a readable word-input vocabulary: {error}") from error
-    missing = [word for word in (WORD_INPUT_UNKNOWN, WORD_INPUT_PADDING) if word not in vocab]
-    if not isinstance(vocab, dict) or missing:
-        raise ValueError(f"the word-input vocabulary {path} must be a JSON object holding {missing}")
-    return vocab
+    """A word-input vocabulary (JSON object word -> id) with `<oov>` and `<pad>`; anything else is a one-line
+    `FileContentError` naming the field."""
+    fix = "copy or download the model folder again"
+    vocab = JsonFields(read_json_file(path, fix), path, fix)
+    for word in vocab.data:
+        vocab.take(word, int, minimum=0)
+    for word in (WORD_INPUT_UNKNOWN, WORD_INPUT_PADDING):
+        vocab.take(word, int)
+    return vocab.data
 
 
 def _read_word_vocab(vocab_file: str) -> Tokenizer:

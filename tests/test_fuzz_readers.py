@@ -20,13 +20,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 from transformers import TrainerControl, TrainerState
-from utils import require, word_vocab_tokenizer
+from utils import PROJECT_ROOT, require, word_vocab_tokenizer
 
-from hf_elmo import ElmoConfig, ElmoTokenizer
+from hf_elmo import ElmoConfig, ElmoTokenizer, quickstart
 from hf_elmo.alphabet_elmo import CharacterAlphabet, learn_character_vocabulary
+from hf_elmo.conversion_original import read_options
 from hf_elmo.embedding_files import _check_identity, check_part
-from hf_elmo.errors import CommandError, FileContentError, read_json_file
+from hf_elmo.errors import CommandError, ElmoConversionError, FileContentError, read_json_file
 from hf_elmo.pretraining import asks_for_more_steps, read_run_text, read_trainer_state
+from hf_elmo.sentence_encoder import read_settings
+from hf_elmo.sentence_weighting import WordCounts
 
 NEEDS = "the fuzz tests need the test extra's hypothesis"
 hypothesis, st, hnp = (
@@ -153,6 +156,63 @@ def test_a_file_larger_than_its_bound_is_refused_before_it_is_read(tmp_path):
     deep = written(tmp_path, "deep.json", b"[" * 100_000 + b"]" * 100_000)
     with pytest.raises(FileContentError, match="is not JSON that can be read"):
         read_json_file(deep, "fix it")
+
+
+def test_every_json_file_the_package_reads_goes_through_read_json_file():
+    """One reader of JSON files, bounded before it reads, that never waits on a pipe: `json.load` and `json.loads`
+    appear in the package only inside `errors.read_json_file`."""
+    import ast
+
+    calls = []
+    for module in sorted((PROJECT_ROOT / "hf_elmo").rglob("*.py")):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        readers = {
+            node: function.name
+            for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef)
+            for node in ast.walk(function)
+        }
+        for node in ast.walk(tree):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in ("load", "loads")
+                and isinstance(node.func.value, ast.Name)
+                and node.func.value.id == "json"
+            ):
+                calls.append((module.relative_to(PROJECT_ROOT).as_posix(), readers.get(node)))
+    assert calls == [("hf_elmo/errors.py", "read_json_file")]
+
+
+# The readers of the small JSON files of a model folder or checkpoint that are not read as configs or tokenizer
+# files: each file's content as saved, and the reader that takes it from its folder.
+SMALL_FILES = {
+    "word_counts.json": ({"words": 9, "counts": [0, 0, 0, 4, 3]}, lambda folder: WordCounts.from_pretrained(folder)),
+    "sense_counts.json": ({"train.txt": {"배": {"boat": 2, "belly": 1}}}, quickstart.read_sense_counts),
+    "sentence_bert_config.json": ({"sif_a": 0.001, "layer": "average"}, read_settings),
+    "options.json": ({"lstm": {"dim": 8}}, lambda folder: read_options(folder / "options.json")),
+    "word_input_vocab.json": (
+        {"<oov>": 0, "<pad>": 1, "한국어": 2},
+        lambda folder: ElmoTokenizer(
+            max_characters_per_token=5,
+            char_vocab_file=str(folder / "char_vocab.json"),
+            word_input_vocab_file=str(folder / "word_input_vocab.json"),
+        ),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", SMALL_FILES)
+@FUZZ
+@given(data=st.data())
+def test_the_small_files_of_a_folder_read_whole_or_are_refused_in_one_line(name, data):
+    saved, read = SMALL_FILES[name]
+    content = data.draw(damaged_json(saved))
+    with tempfile.TemporaryDirectory() as folder:
+        folder = Path(folder)
+        learn_character_vocabulary(["한국어"]).save(folder / "char_vocab.json")
+        written(folder, name, content)
+        result_or_one_line(read, folder, errors=(ValueError, ElmoConversionError))
 
 
 # -- alphabet_elmo: char_vocab.json -----------------------------------------------------------------------------------

@@ -144,6 +144,35 @@ def test_auto_measures_each_shape_once_and_keeps_the_choice(tmp_path, monkeypatc
     assert torch.equal(first.last_hidden_state, second.last_hidden_state)  # same choices, same rounding
 
 
+@pytest.mark.parametrize("damage", ["list", "foreign choice", "cut short"])
+def test_auto_measures_again_over_a_damaged_choices_file(tmp_path, monkeypatch, damage):
+    """A choices file that is no object, holds a choice hf_elmo does not make, or was cut short means measuring
+    again (and writing it whole), never a product looked up by a name no kernel has."""
+    monkeypatch.setenv("HF_ELMO_CACHE", str(tmp_path))
+    monkeypatch.setattr(kernels_cpu_products, "_choices", None)
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [4, 2])
+    exact = run_model(model, input_ids, mask, False, monkeypatch)
+    run_model(model, input_ids, mask, True, monkeypatch)
+    path = tmp_path / "cpu_matmul_choices.json"
+    measured = json.loads(path.read_text())
+    damaged = {
+        "list": json.dumps(list(measured)),
+        "foreign choice": json.dumps(dict.fromkeys(measured, "mkl")),
+        "cut short": path.read_text()[:-5],
+    }[damage]
+    path.write_text(damaged)
+    monkeypatch.setattr(kernels_cpu_products, "_choices", None)  # as a new process: only the file remains
+    timed = []
+    time_product = kernels_cpu_products.time_product
+    monkeypatch.setattr(kernels_cpu_products, "time_product", lambda *args: timed.append(1) or time_product(*args))
+    assert_outputs_match(run_model(model, input_ids, mask, True, monkeypatch), exact)
+    assert len(timed) == 2 * len(measured)
+    assert set(json.loads(path.read_text()).values()) <= {"blas", "onednn"}
+
+
 def test_auto_without_a_writable_cache_still_runs(tmp_path, monkeypatch):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")

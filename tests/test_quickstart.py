@@ -14,6 +14,7 @@ import torch
 from utils import hiding_packages, require, tiny_config
 
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path, quickstart
+from hf_elmo.errors import FileContentError
 
 require("kiwipiepy", reason="the quickstart reads Korean morphemes (the korean extra)")
 
@@ -135,6 +136,29 @@ def test_the_sense_counts_are_those_sense_counts_py_wrote_for_the_training_text(
             assert isinstance(by_unit[unit][sense], int) and by_unit[unit][sense] >= 0
     totals = quickstart.read_sense_counts(bundled_model_path("ko-nsmc"))
     assert totals["배"]["pear"] == sum(by_unit["배"]["pear"] for by_unit in counts.values())
+
+
+@pytest.mark.parametrize(
+    "saved, field",
+    [
+        ([1, 2], "the file is a list of 2 items, not an object"),
+        ({"train.txt": [1]}, '"train.txt" is a list of 1 item, not an object'),
+        ({"train.txt": {"배": 3}}, '"train.txt"."배" is the number 3, not an object'),
+        ({"train.txt": {"배": {"boat": -1}}}, '"train.txt"."배".boat is the number -1, not an integer of at least 0'),
+        ({"train.txt": {"배": {"boat": 2.5}}}, '"train.txt"."배".boat is the number 2.5, not an integer'),
+    ],
+)
+def test_sense_counts_of_another_shape_are_one_line_naming_the_field(tmp_path, saved, field):
+    """The quickstart reads `sense_counts.json` from any biLM folder (`--model`): a damaged one is a line, not a
+    traceback."""
+    (tmp_path / quickstart.SENSE_COUNTS_FILE).write_text(json.dumps(saved), encoding="utf-8")
+    with pytest.raises(FileContentError) as error:
+        quickstart.read_sense_counts(tmp_path)
+    assert str(error.value) == (
+        f"{tmp_path / quickstart.SENSE_COUNTS_FILE}: {field}; copy the model folder again, or count anew with "
+        "examples/nsmc/sense_counts.py"
+    )
+    assert quickstart.read_sense_counts(tmp_path / "elsewhere") == {}
 
 
 def test_quickstart_without_kiwipiepy_names_the_extra_at_once(tmp_path):

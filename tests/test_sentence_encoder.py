@@ -110,7 +110,9 @@ def test_bad_input_is_one_line(set_folder, texts, batch_size, message):
 def test_settings_hf_elmo_does_not_know_are_refused(set_folder):
     settings = json.loads((set_folder / ENCODER_CONFIG_FILE).read_text())
     (set_folder / ENCODER_CONFIG_FILE).write_text(json.dumps({**settings, "pooling": "max"}), encoding="utf-8")
-    with pytest.raises(ValueError, match=r"names settings hf_elmo does not know: pooling$"):
+    with pytest.raises(
+        ValueError, match=r"names settings hf_elmo does not know: pooling; copy or download the model folder again$"
+    ):
         ElmoSentenceEmbedder.from_pretrained(set_folder)
 
 

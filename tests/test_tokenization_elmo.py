@@ -8,7 +8,7 @@ from transformers import AutoTokenizer, DataCollatorWithPadding, pipeline
 from utils import tiny_config, word_vocab_tokenizer
 
 from hf_elmo import ElmoTokenizer, bundled_model_path
-from hf_elmo.tokenization_elmo import word_start_positions
+from hf_elmo.tokenization_elmo import check_tokenizer, word_start_positions
 
 
 def expected_row(byte_values, width=50):
@@ -315,6 +315,47 @@ def test_learned_alphabet_with_word_inputs(tmp_path):
     assert tokenizer.batch_decode(batch["input_ids"], skip_special_tokens=True) == ["한국어 abc \ufffd", "abc"]
     assert len(tokenizer) == len(tokenizer.get_vocab()) == tokenizer.alphabet.size + 1
     assert tokenizer.convert_tokens_to_ids("?") == tokenizer.alphabet.markers["unknown"] + 1
+
+
+@pytest.mark.parametrize("rows", [6, 5])
+def test_word_input_ids_past_the_configs_table_are_refused(tmp_path, rows):
+    """Word-input ids up to 5 need a table of 6 word inputs: with 5 the embedding would be indexed past its end."""
+    tokenizer = learned_tokenizer(tmp_path)
+    config = dict(
+        max_characters_per_token=5,
+        **tokenizer.alphabet.config_fields(),
+        word_input_vocab_size=rows,
+    )
+    if rows == 6:
+        check_tokenizer(tokenizer, config, "words")
+        return
+    with pytest.raises(ValueError) as raised:
+        check_tokenizer(tokenizer, config, "words")
+    assert str(raised.value) == (
+        "the tokenizer of words disagrees with its config: it has word-input ids up to 5 (the config's word inputs: "
+        "5); copy or download the model folder again"
+    )
+
+
+@pytest.mark.parametrize(
+    "words, field",
+    [
+        ([1], "the file is a list of 1 item, not an object"),
+        ({"<oov>": 0, "<pad>": 1, "a": -2}, "a is the number -2, not an integer of at least 0"),
+        ({"<oov>": 0, "<pad>": 1, "a": "2"}, 'a is the string "2", not an integer'),
+        ({"<oov>": 0, "a": 1}, '"<pad>" is missing'),
+    ],
+)
+def test_a_word_input_vocabulary_of_another_shape_is_one_line_naming_the_field(tmp_path, words, field):
+    tokenizer = learned_tokenizer(tmp_path)
+    (tmp_path / "words.json").write_text(json.dumps(words), encoding="utf-8")
+    with pytest.raises(ValueError) as raised:
+        ElmoTokenizer(
+            max_characters_per_token=5,
+            char_vocab_file=str(tmp_path / "chars.json"),
+            word_input_vocab_file=str(tmp_path / "words.json"),
+        )
+    assert str(raised.value) == f"{tmp_path / 'words.json'}: {field}; copy or download the model folder again"
 
 
 def test_learned_tokenizer_pads_saves_and_loads(tmp_path):
