@@ -27,6 +27,7 @@ from datasets.exceptions import DatasetGenerationError
 from transformers import HfArgumentParser, TrainingArguments, set_seed
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 
+from hf_elmo.command_line import empty_argument
 from hf_elmo.configuration_elmo import ElmoConfig, field_rule
 from hf_elmo.errors import CommandError, first_line
 from hf_elmo.folders import (
@@ -66,7 +67,10 @@ class ExampleArgumentParser(HfArgumentParser):
 
     def parse(self, argv: list[str] | None) -> tuple:
         """The dataclasses of `argv` (`sys.argv[1:]` when None); what their `__post_init__` refuses is a usage error,
-        as are arguments no dataclass takes."""
+        as are arguments no dataclass takes and an empty argument (`command_line.empty_argument`)."""
+        argv = sys.argv[1:] if argv is None else list(argv)
+        if error := empty_argument(argv):
+            self.error(error)
         try:
             return self.parse_args_into_dataclasses(args=argv)
         except ValueError as error:

@@ -405,6 +405,22 @@ def overwritten_input(args: argparse.Namespace) -> str | None:
     return None
 
 
+def empty_argument(argv: list[str]) -> str | None:
+    """
+    The one-line error for an argument that is empty (`""`, `--flag=`), or None. An empty path is the current
+    folder, never meant: it is a shell variable that was not set, and `--output-dir "$OUT" --overwrite` would
+    replace the folder the command runs in. Checked on every command, a value of any kind.
+    """
+    for position, argument in enumerate(argv):
+        name, is_joined, value = argument.partition("=")
+        if argument.startswith("--") and is_joined and not value.strip():
+            return f"{name} is given an empty value (a variable that is not set?); give one"
+        if not argument.strip():
+            after = f"after {argv[position - 1]}" if position else "first"
+            return f"an empty argument ({after}; a variable that is not set?); give a value"
+    return None
+
+
 def missing_text_file(argv: list[str]) -> str | None:
     """The one-line error for a `pretrain` text file (`--train-file`, `--validation-file`) that does not exist, as
     `hf_elmo.pretraining` words it; None otherwise. Its parser, transformers', takes seconds to import."""
@@ -428,6 +444,9 @@ def parse_command(argv=None, prog: str = "hf-elmo") -> tuple[str, argparse.Names
     running one subcommand passes its own name as `prog`. The caller runs the command (`hf_elmo.cli.run`).
     """
     argv = sys.argv[1:] if argv is None else list(argv)
+    if error := empty_argument(argv):
+        print(f"{prog}: error: {error}", file=sys.stderr)
+        return 2
     if argv[:1] == ["pretrain"]:
         if error := missing_text_file(argv[1:]):
             print(f"{prog}: error: {error}", file=sys.stderr)

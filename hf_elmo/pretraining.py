@@ -38,6 +38,7 @@ from transformers import HfArgumentParser, Trainer, TrainerCallback, TrainerCont
 
 from . import model_card
 from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
+from .command_line import empty_argument
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .errors import CommandError, ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
 from .folders import apply_umask, atomic_directory, lock_output, refuse_link, replace_folder, write_failure_reason
@@ -376,8 +377,10 @@ class PretrainParser(HfArgumentParser):
         """
         The dataclasses of `argv`; an option it does not take is a one-line `ValueError` suggesting the nearest,
         named before a required option is found missing (`--max_step` alone: the misspelt flag, not the missing
-        files, is what the user fixes first).
+        files, is what the user fixes first); so is an empty argument (`command_line.empty_argument`).
         """
+        if error := empty_argument(argv):
+            self.error(error)
         options = argv[: argv.index("--")] if "--" in argv else argv  # after "--", every word is a value
         unknown = [word for word in options if self.is_unknown_option(word)]
         if unknown:

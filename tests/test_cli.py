@@ -137,6 +137,34 @@ def test_errors_that_need_no_model_are_one_line_before_torch(tmp_path):
     assert (tmp_path / "out.h5").read_bytes() == b"written before"
 
 
+def test_an_empty_argument_is_refused_before_anything_runs(tmp_path):
+    """An empty argument is a shell variable that was not set: as a path it is the folder the command runs in, which
+    `--overwrite` would replace. Every command refuses it in one line, exit status 2, before its module is imported
+    (`probe`); the folder is left as it was."""
+    (tmp_path / "in.txt").write_text("a b\n", encoding="utf-8")
+    runs = {
+        ("export", "--model-dir", "ko-nsmc", "--output-dir", "", "--overwrite"): "an empty argument (after "
+        "--output-dir; a variable that is not set?); give a value",
+        (
+            "convert",
+            "--options-file",
+            "o.json",
+            "--weight-file",
+            "w.hdf5",
+            "--output-dir=",
+        ): "--output-dir is given an empty value (a variable that is not set?); give one",
+        ("embed", "ko-nsmc", "in.txt", "", "--top"): "an empty argument (after in.txt; a variable that is not set?); "
+        "give a value",
+        ("info", " "): "an empty argument (after info; a variable that is not set?); give a value",
+        ("pretrain", "--train-file", "in.txt", "--validation-file", "in.txt", "--output-dir", ""): "an empty argument "
+        "(after --output-dir; a variable that is not set?); give a value",
+        ("", "info", "ko-nsmc"): "an empty argument (first; a variable that is not set?); give a value",
+    }
+    answers = probe(list(runs), tmp_path)
+    assert answers == [[f"hf-elmo: error: {line}", "2"] for line in runs.values()]
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
+
+
 def test_an_unknown_option_is_named_and_no_option_is_abbreviated(tmp_path):
     """`--al` is not `--all`, and `--alll` is named where argparse would say that a layer option is missing."""
     runs = {

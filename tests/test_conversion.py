@@ -187,8 +187,8 @@ def test_truncated_and_foreign_files(tmp_path):
     with pytest.raises(ElmoConversionError) as raised:
         convert_original(weight_file, weight_file, tmp_path / "out")
     assert str(raised.value) == (
-        f"{weight_file} is not UTF-8 (invalid start byte at byte 0); it should be the options.json of an original ELMo "
-        "checkpoint"
+        f"{weight_file} is not UTF-8 (invalid start byte at byte 0); it should be the options.json of an original "
+        "ELMo checkpoint"
     )
     with pytest.raises(ElmoConversionError, match="no such file"):
         convert_original(tmp_path / "missing.json", weight_file, tmp_path / "out")

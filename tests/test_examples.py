@@ -442,6 +442,20 @@ def test_the_output_folder_appears_complete_or_not_at_all(tmp_path):
     assert sorted(path.name for path in tmp_path.iterdir()) == ["out"]
 
 
+@pytest.mark.parametrize("script", ["run_classification.py", "run_token_classification.py", "run_qa.py"])
+def test_an_empty_output_dir_is_refused_before_anything_runs(tmp_path, monkeypatch, in_process, capsys, script):
+    """`--output_dir "$OUT"` with OUT not set, and `--overwrite_output_dir`: the folder the script runs in would be
+    replaced. One line, exit status 2; the folder is left as it was."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mine.txt").write_text("kept", encoding="utf-8")
+    arguments = ["--model_name_or_path", "ko-nsmc", "--do_eval", "--validation_file", "mine.txt"]
+    assert in_process(script, [*arguments, "--output_dir", "", "--overwrite_output_dir"], capsys) == (
+        2,
+        f"{script}: error: an empty argument (after --output_dir; a variable that is not set?); give a value\n",
+    )
+    assert [path.name for path in tmp_path.iterdir()] == ["mine.txt"]
+
+
 @pytest.mark.parametrize("script", ["run_classification.py", "run_token_classification.py"])
 def test_a_second_run_into_an_output_folder_being_written_is_refused_in_one_line(
     base_model, tmp_path, in_process, no_model_loads, capsys, script

@@ -878,6 +878,17 @@ def test_text_holding_a_nul_byte_is_refused_as_embed_refuses_it(tmp_path, capsys
     assert sorted(path.name for path in tmp_path.iterdir()) == ["train.txt", "valid.txt"]
 
 
+def test_an_empty_argument_to_main_is_refused_before_anything_is_read(tmp_path, monkeypatch):
+    """`main` as a function refuses what the command line refuses (`command_line.empty_argument`): an empty
+    --output-dir is the working folder."""
+    monkeypatch.chdir(tmp_path)
+    argv = short_run(tmp_path, tmp_path / "model")
+    argv[argv.index("--output-dir") + 1] = ""
+    with pytest.raises(ValueError, match=r"^an empty argument \(after --output-dir; a variable that is not set\?\)"):
+        main(argv)
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["train.txt", "valid.txt"]
+
+
 def test_text_where_no_word_reaches_min_count_is_refused_before_anything_is_written(tmp_path, capsys):
     """A vocabulary of the special words alone would make every word `<UNK>`: one line, exit status 2, no folder."""
     argv = short_run(tmp_path, tmp_path / "model")

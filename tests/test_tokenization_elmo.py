@@ -347,7 +347,7 @@ def test_word_input_ids_past_the_configs_table_are_refused(tmp_path, rows):
     ],
 )
 def test_a_word_input_vocabulary_of_another_shape_is_one_line_naming_the_field(tmp_path, words, field):
-    tokenizer = learned_tokenizer(tmp_path)
+    learned_tokenizer(tmp_path)  # writes chars.json and words.json, the latter replaced here
     (tmp_path / "words.json").write_text(json.dumps(words), encoding="utf-8")
     with pytest.raises(ValueError) as raised:
         ElmoTokenizer(
