@@ -36,6 +36,7 @@ from hf_elmo.folders import (
     lock_output,
     make_new_folder,
     replace_folder,
+    replacing_problem,
     write_error,
     write_failure_reason,
 )
@@ -123,7 +124,7 @@ def checked_run(argument_types: tuple, argv: list[str] | None, head_options: tup
         model_name = model_to_load(model_args.model_name_or_path)
         output_lock = lock_output_dir(training_args)
         try:
-            check_output_dir(training_args, output_args.overwrite_output_dir, model_name)
+            check_output_dir(training_args, output_args.overwrite_output_dir, model_name, data_args)
             yield ExampleRun(model_args, data_args, training_args, model_name, overrides, output_lock)
         except BaseException:
             if output_lock is not None:
@@ -233,10 +234,12 @@ def lock_output_dir(training_args: TrainingArguments) -> OutputLock | None:
     return lock_output(Path(training_args.output_dir).resolve())
 
 
-def check_output_dir(training_args: TrainingArguments, overwrite: bool, model_name: str) -> None:
+def check_output_dir(training_args: TrainingArguments, overwrite: bool, model_name: str, data_args) -> None:
     """
     `--output_dir` is a folder to write: absent or empty, or, with `overwrite` (`--overwrite_output_dir`), a folder
-    the run replaces whole. A run that trains nothing may not replace the model folder it reads.
+    the run replaces whole. A run that trains nothing may not replace the model folder it reads; nor may any run
+    replace a folder that holds its data files, the working folder or (other than itself) the model folder
+    (`folders.replacing_problem`).
     """
     output_dir = Path(training_args.output_dir)
     if output_dir.exists() and not output_dir.is_dir():
@@ -253,8 +256,12 @@ def check_output_dir(training_args: TrainingArguments, overwrite: bool, model_na
         raise UsageError(
             f"--output_dir {output_dir} exists and is not empty (pass --overwrite_output_dir to replace it)"
         )
-    if not training_args.do_train and Path(model_name).resolve() == output_dir.resolve():
+    in_place = Path(model_name).resolve() == output_dir.resolve()
+    if in_place and not training_args.do_train:
         raise UsageError(f"--output_dir {output_dir} is the model folder: without --do_train, give another folder")
+    inputs = [*data_files(data_args).values(), *([] if in_place else [model_name])]
+    if problem := replacing_problem(output_dir, inputs, "--overwrite_output_dir"):
+        raise UsageError(problem)
 
 
 def checkpoints_folder(output_dir: Path) -> Path:

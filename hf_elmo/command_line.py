@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from .errors import FileContentError, read_json_file
+from .folders import replacing_problem
 from .model_names import is_path_only, local_model_folder, original_checkpoint
 from .text_files import unreadable_reason
 
@@ -394,15 +395,11 @@ def local_inputs(args: argparse.Namespace) -> list[Path]:
 
 
 def overwritten_input(args: argparse.Namespace) -> str | None:
-    """The one-line error for `convert` or `export` whose `--output-dir` is, or holds, one of its inputs: `--overwrite`
-    would delete it before reading it. None otherwise."""
+    """The one-line error for `convert` or `export` whose `--output-dir` is, or holds, one of its inputs or the
+    working folder: `--overwrite` would delete them (`folders.replacing_problem`). None otherwise."""
     if args.command not in ("convert", "export") or not args.overwrite:  # without it, a non-empty folder is refused
         return None
-    output = Path(os.path.abspath(Path(args.output_dir).expanduser()))
-    for path in local_inputs(args):
-        if Path(os.path.abspath(path)).is_relative_to(output):
-            return f"{path} is inside --output-dir {output}, which --overwrite replaces: write to another folder"
-    return None
+    return replacing_problem(args.output_dir, local_inputs(args), "--overwrite")
 
 
 def empty_argument(argv: list[str]) -> str | None:

@@ -25,6 +25,7 @@ import re
 import shutil
 import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 from .errors import ElmoConversionError, first_line
@@ -107,6 +108,21 @@ def make_new_folder(path: Path, what: str = "staging folder") -> None:
         raise
     if not stat.S_ISDIR(os.lstat(path).st_mode):
         raise LinkRefused(path, what)
+
+
+def replacing_problem(output: str | os.PathLike, inputs: Iterable[str | os.PathLike], replaced_by: str) -> str | None:
+    """
+    Why the folder `output`, which `replaced_by` (`--overwrite`, "the finished run") replaces whole, may not be, in
+    one line, or None: it is, or holds, the folder the process runs in (`--output-dir .`), whose files it would
+    delete, or one of the `inputs` the command reads, which would be gone once the new folder stands in its place.
+    """
+    output = Path(os.path.abspath(Path(output).expanduser()))
+    if Path.cwd().is_relative_to(output):
+        return f"{output} holds the folder this command runs in, and {replaced_by} replaces it whole: write elsewhere"
+    for path in inputs:
+        if Path(os.path.abspath(Path(path).expanduser())).is_relative_to(output):
+            return f"{path} is inside {output}, which {replaced_by} replaces whole: write to another folder"
+    return None
 
 
 def write_failure_reason(error: BaseException) -> str | None:

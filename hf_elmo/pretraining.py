@@ -41,7 +41,15 @@ from .alphabet_elmo import CHAR_VOCAB_FILE, learn_character_vocabulary
 from .command_line import empty_argument
 from .configuration_elmo import ORIGINAL_FILTERS, ElmoConfig
 from .errors import CommandError, ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
-from .folders import apply_umask, atomic_directory, lock_output, refuse_link, replace_folder, write_failure_reason
+from .folders import (
+    apply_umask,
+    atomic_directory,
+    lock_output,
+    refuse_link,
+    replace_folder,
+    replacing_problem,
+    write_failure_reason,
+)
 from .loading import first_damaged_weights, load_model_and_tokenizer, weights_problem
 from .modeling_elmo import ElmoForPreTraining
 from .sentence_weighting import WordCounts
@@ -661,9 +669,8 @@ def run_to_continue(folders: RunFolders, training_args: PretrainingArguments, in
     if output_holds:  # replaced when the run finishes
         if source != output and not training_args.overwrite_output_dir:
             raise ValueError(f"{output} exists and is not empty: pass --overwrite_output_dir to replace it")
-        for name in inputs:
-            if Path(os.path.abspath(name)).is_relative_to(output):
-                raise ValueError(f"{name} is inside {output}, which the finished run replaces: move it out first")
+        if problem := replacing_problem(output, inputs, "the finished run"):
+            raise ValueError(problem)
     return source
 
 

@@ -210,28 +210,26 @@ def test_every_argument_parser_takes_no_abbreviations():
 
 
 def test_convert_and_export_overwrite_refuse_an_output_folder_holding_their_inputs(model_dir, tmp_path):
-    """`--overwrite` replaces the output folder whole: where that folder is, or holds, what the command reads, it
-    would delete its own input. One line, before anything loads, and every file stays."""
+    """`--overwrite` replaces the output folder whole: where that folder is, or holds, what the command reads or the
+    folder it runs in, it would delete its own input or the user's files. One line, before anything loads, and every
+    file stays."""
     original = tmp_path / "original"
     options, weights = write_original_checkpoint(original, tiny_config())
     model = tmp_path / "model"
     shutil.copytree(model_dir, model)
     before = {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()}
+    replaced = "which --overwrite replaces whole: write to another folder"
+    runs_in = "holds the folder this command runs in, and --overwrite replaces it whole: write elsewhere"
+    export = ("export", "--model-dir", model, "--overwrite", "--output-dir")
     runs = {
-        (*convert_args(options, weights, original), "--overwrite"): f"{options} is inside --output-dir {original}",
-        (*convert_args(options, weights, tmp_path), "--overwrite"): f"{options} is inside --output-dir {tmp_path}",
-        (
-            "export",
-            "--model-dir",
-            model,
-            "--output-dir",
-            model,
-            "--overwrite",
-        ): f"{model} is inside --output-dir {model}",
+        (*convert_args(options, weights, original), "--overwrite"): f"{options} is inside {original}, {replaced}",
+        (*export, model): f"{model} is inside {model}, {replaced}",
+        # The probe runs in tmp_path: given as it is or as ".", the folder that holds the user's files.
+        (*convert_args(options, weights, tmp_path), "--overwrite"): f"{tmp_path} {runs_in}",
+        (*export, "."): f"{tmp_path} {runs_in}",
     }
     answers = probe([("convert", *argv) if argv[0] != "export" else argv for argv in runs], tmp_path)
-    replaced = "which --overwrite replaces: write to another folder"
-    assert answers == [[f"hf-elmo: error: {start}, {replaced}", "2"] for start in runs.values()]
+    assert answers == [[f"hf-elmo: error: {line}", "2"] for line in runs.values()]
     assert {path: path.read_bytes() for path in tmp_path.rglob("*") if path.is_file()} == before
 
 

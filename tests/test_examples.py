@@ -654,6 +654,9 @@ def usage_mistakes(tmp_path: Path, base_model: Path) -> dict[str, tuple[str, lis
     write_conll(tmp_path / "train.conll", tagged_sentences(4, seed=0))
     model = ["--model_name_or_path", base_model, "--output_dir", tmp_path / "out"]
     train_on = [*model, "--do_train", "--train_file"]
+    kept, kept_train = tmp_path / "kept", tmp_path / "kept" / "train.csv"
+    kept.mkdir()
+    write_sentences(kept_train, 4, seed=0)
     return {
         "missing train file": (
             "run_classification.py",
@@ -745,6 +748,11 @@ def usage_mistakes(tmp_path: Path, base_model: Path) -> dict[str, tuple[str, lis
             ],
             f"--output_dir {base_model} is the model folder: without --do_train, give another folder",
         ),
+        "a data file inside the output folder": (
+            "run_classification.py",
+            [*model[:2], "--output_dir", kept, "--overwrite_output_dir", "--do_train", "--train_file", kept_train],
+            f"{kept_train} is inside {kept}, which --overwrite_output_dir replaces whole: write to another folder",
+        ),
     }
 
 
@@ -763,6 +771,7 @@ MISTAKES = [
     "a crf constraint without a crf",
     "no data file",
     "evaluation into the model folder",
+    "a data file inside the output folder",
 ]
 
 
@@ -775,6 +784,28 @@ def test_each_mistake_is_one_line_and_exit_status_2_before_the_model_loads(
     code, stderr = in_process(script, arguments, capsys)
     assert (code, stderr) == (2, f"{script}: error: {message}\n")
     assert not (tmp_path / "out").exists() and snapshot(base_model) == before
+
+
+def test_the_folder_the_script_runs_in_is_never_replaced(base_model, tmp_path, monkeypatch, in_process, capsys):
+    """`--output_dir . --overwrite_output_dir`, or a folder above the working one: the run would replace the folder
+    the user works in, with all it holds. One line, exit status 2, before the model loads."""
+    write_sentences(tmp_path / "train.csv", 4, seed=0)
+    work = tmp_path / "work" / "inner"
+    work.mkdir(parents=True)
+    (work / "mine.txt").write_text("kept", encoding="utf-8")
+    monkeypatch.chdir(work)
+    for output_dir in (".", tmp_path / "work"):
+        arguments = ["--model_name_or_path", base_model, "--output_dir", output_dir, "--overwrite_output_dir"]
+        code, stderr = in_process(
+            "run_classification.py", [*arguments, "--do_train", "--train_file", tmp_path / "train.csv"], capsys
+        )
+        shown = work if output_dir == "." else tmp_path / "work"
+        assert (code, stderr) == (
+            2,
+            f"run_classification.py: error: {shown} holds the folder this command runs in, and "
+            "--overwrite_output_dir replaces it whole: write elsewhere\n",
+        )
+        assert [path.name for path in work.iterdir()] == ["mine.txt"]
 
 
 def test_an_argument_of_the_wrong_type_is_one_line_without_the_usage(base_model, tmp_path, in_process, capsys):

@@ -775,7 +775,7 @@ def folder_files(folder: Path) -> dict[str, bytes]:
     return {str(path.relative_to(folder)): path.read_bytes() for path in folder.rglob("*") if path.is_file()}
 
 
-def test_an_output_folder_that_holds_anything_is_refused_in_one_line(tmp_path, capsys):
+def test_an_output_folder_that_holds_anything_is_refused_in_one_line(tmp_path, monkeypatch, capsys):
     """
     A folder holding a model (or anything) is not replaced without --overwrite_output_dir, nor a stopped run's
     `OUTPUT.parts/` started over without it: one line naming the flag, exit status 2, nothing touched.
@@ -806,6 +806,15 @@ def test_an_output_folder_that_holds_anything_is_refused_in_one_line(tmp_path, c
     assert folder_files(output) == {**before, "train.txt": b"w0 w3 w6\n"}
     assert sorted(path.name for path in tmp_path.iterdir()) == ["model", "model.parts", "train.txt", "valid.txt"]
     assert sorted(folder_files(parts)) == ["word_vocab.json"] and (parts / "checkpoint-2").is_dir()
+    # Run from inside the folder, replacing it would delete what the user keeps there.
+    monkeypatch.chdir(output)
+    code, err = command(short_run(tmp_path, output, "--overwrite_output_dir"), capsys)
+    assert (code, err) == (
+        2,
+        f"hf-elmo: error: {output} holds the folder this command runs in, and the finished run replaces it whole: "
+        "write elsewhere\n",
+    )
+    assert folder_files(output) == {**before, "train.txt": b"w0 w3 w6\n"}
 
 
 def test_a_second_run_on_the_same_output_is_refused_while_the_first_lives(tmp_path, capsys):
