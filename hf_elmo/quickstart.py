@@ -27,6 +27,7 @@ from transformers.utils import logging
 
 from .bundled import bundled_model_path
 from .errors import JsonFields, read_json_file
+from .folders import create_exclusively
 from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoModel
 from .tokenization_elmo import ElmoTokenizer
@@ -381,18 +382,21 @@ def similarity_figure(tables: list[tuple[Homonym, torch.Tensor, Verdict]], model
 
 
 def write_plot(tables: list[tuple[Homonym, torch.Tensor, Verdict]], model_name: str, path: Path) -> bool:
-    """Writes `similarity_figure` to the PNG `path` whole (a temporary file beside it, renamed); False, having
-    written nothing, where matplotlib is not installed."""
+    """Writes `similarity_figure` to the PNG `path` whole (a staging file beside it, made new and never through a
+    link: `folders.create_exclusively`; then renamed); False, having written nothing, where matplotlib is not
+    installed."""
     try:
         figure = similarity_figure(tables, model_name, hangul_font())
     except ImportError:
         return False
     partial = path.with_name(f".{path.name}.incomplete")
-    try:
-        figure.savefig(partial, format="png", dpi=100)
-        os.replace(partial, path)
-    finally:
-        partial.unlink(missing_ok=True)
+    with create_exclusively(partial) as handle:  # a link found there is refused and left as it is
+        try:
+            figure.savefig(handle, format="png", dpi=100)
+            handle.close()
+            os.replace(partial, path)
+        finally:
+            partial.unlink(missing_ok=True)  # this call's own file, where the rename did not take it
     return True
 
 

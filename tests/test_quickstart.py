@@ -15,6 +15,7 @@ from utils import hiding_packages, require, tiny_config
 
 from hf_elmo import ElmoModel, ElmoTokenizer, bundled_model_path, quickstart
 from hf_elmo.errors import FileContentError
+from hf_elmo.folders import LinkRefused
 
 require("kiwipiepy", reason="the quickstart reads Korean morphemes (the korean extra)")
 
@@ -225,6 +226,25 @@ def test_picture_has_a_row_per_homonym_a_heatmap_per_layer_and_boxes_the_verdict
         texts = [row.get_suptitle() for row in figure.subfigs] + [row.get_supxlabel() for row in figure.subfigs]
         has_hangul = any("\uac00" <= character <= "\ud7a3" for text in texts for character in text)
         assert has_hangul == bool(font)
+
+
+def test_the_picture_is_written_whole_and_never_through_a_link(ko_nsmc_bilm, ko_nsmc_tokenizer, tmp_path):
+    """A link where the picture's staging file goes (to a user's file) is refused in one line and left as it is,
+    and so is the file; without it, the PNG appears whole and nothing else stays."""
+    require("matplotlib", reason="the picture needs the plot extra")
+    homonym = quickstart.HOMONYMS[0]
+    similarities = quickstart.similarity_tables(ko_nsmc_bilm, ko_nsmc_tokenizer, homonym)
+    tables = [(homonym, similarities, quickstart.verdict(similarities, homonym))]
+    mine, link, picture = tmp_path / "mine.txt", tmp_path / ".bae.png.incomplete", tmp_path / "bae.png"
+    mine.write_text("kept", encoding="utf-8")
+    link.symlink_to(mine)
+    with pytest.raises(LinkRefused, match=r"\.bae\.png\.incomplete is a link .* nothing was written through it"):
+        quickstart.write_plot(tables, "ko-nsmc", picture)
+    assert mine.read_text(encoding="utf-8") == "kept" and link.is_symlink() and not picture.exists()
+    link.unlink()
+    assert quickstart.write_plot(tables, "ko-nsmc", picture)
+    assert picture.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["bae.png", "mine.txt"]
 
 
 def test_romanise_writes_each_syllable_in_latin_letters():
