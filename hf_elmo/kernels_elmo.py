@@ -38,7 +38,7 @@ model, and the model writes nothing into a registry. The kernels live in the `ke
 The entries of "exported" and "compiled" are the reference code itself in the forms a graph keeps (every position
 encoded, no check of values, and for "exported" the steps as one scan): the two that are the model's code in
 another form (the scans, [`GRAPH_FORM`]) the model hands over beside its reference; the two that share nothing with
-it (`every_row_as_distinct`, [`trust_right_padding`]) are kernels here.
+it (`every_row_as_distinct`, [`trust_values`]) are kernels here.
 
 Under autocast the kernels take their products in autocast's dtype, as the reference code's would be; autocast
 changes no choice.
@@ -133,8 +133,9 @@ def lstm_layers_in_place(layers, inputs, mask, hidden, memory):
     return [lstm_layer_in_place(layer, x, mask, h, c) for layer, x, h, c in zip(layers, inputs, hidden, memory)]
 
 
-def trust_right_padding(mask: torch.Tensor) -> None:
-    """Checks nothing: a traced graph cannot raise on values, so its caller's mask is taken as right-padded."""
+def trust_values(*values) -> None:
+    """Checks nothing: a traced graph cannot raise on values, so its caller's mask is taken as right-padded and its
+    ids as within their tables."""
 
 
 # Each recurrence runs the directions `layers` (`ElmoLstmLayer`s of one config) of one biLM layer:
@@ -170,11 +171,13 @@ ALL_DISTINCT_ROWS = Kernels(
 ALL_TASK_BILSTMS = Kernels(
     "ALL_TASK_BILSTMS", exported=GRAPH_FORM, compiled=REFERENCE, inference=REFERENCE, training=REFERENCE
 )
-# `mask -> None`, raising where `mask` `(batch, positions)` does not put each row's valid positions first.
-ALL_RIGHT_PADDING_CHECKS = Kernels(
-    "ALL_RIGHT_PADDING_CHECKS",
-    exported=trust_right_padding,
-    compiled=trust_right_padding,
+# `(*values) -> None`, the checks of input values that a traced graph cannot make, each raising a one-line
+# `ValueError`: a mask `(batch, positions)` that does not put each row's valid positions first, ids outside the
+# table they look up. The caller hands over the check it makes, as its reference.
+ALL_VALUE_CHECKS = Kernels(
+    "ALL_VALUE_CHECKS",
+    exported=trust_values,
+    compiled=trust_values,
     inference=REFERENCE,
     training=REFERENCE,
 )

@@ -30,8 +30,8 @@ from .kernels_elmo import (
     ALL_CHARACTER_CONVOLUTIONS,
     ALL_DISTINCT_ROWS,
     ALL_RECURRENCES,
-    ALL_RIGHT_PADDING_CHECKS,
     ALL_TASK_BILSTMS,
+    ALL_VALUE_CHECKS,
     choose_path,
 )
 from .model_names import local_model_folder, original_checkpoint
@@ -706,11 +706,15 @@ class ElmoModel(ElmoPreTrainedModel):
             return None
         if word_input_ids is None:
             raise ValueError("this model also reads word_input_ids (from its ElmoTokenizer); none were given")
+        check_id_tensor("word_input_ids", word_input_ids)
         if word_input_ids.shape != input_ids.shape[:-1]:
             raise ValueError(
                 f"word_input_ids shape {tuple(word_input_ids.shape)} does not match input_ids "
                 f"{tuple(input_ids.shape[:-1])}"
             )
+        path = choose_path(self.config, [], word_input_ids)
+        check_values = ALL_VALUE_CHECKS.get_interface(path, word_input_ids.device, check_ids_in_table)
+        check_values("word_input_ids", word_input_ids, self.config.word_input_vocab_size)
         return word_input_ids
 
     def forward(
@@ -852,22 +856,24 @@ class ElmoModel(ElmoPreTrainedModel):
         return sentence_vectors(layers, words, layer_weights, word_weights, common_component, reference_mean)
 
     def _validated_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
-        """The boolean `(batch, positions)` mask, checked to be right-padded."""
+        """The boolean `(batch, positions)` mask, checked to be right-padded, with `input_ids` checked to be
+        character ids of this model's alphabet."""
+        check_id_tensor("input_ids", input_ids)
         if input_ids.dim() != 3 or input_ids.shape[-1] != self.config.max_characters_per_token:
             raise ValueError(
                 f"input_ids must have shape (batch, positions, {self.config.max_characters_per_token}), "
                 f"got {tuple(input_ids.shape)}"
             )
-        if input_ids.shape[0] == 0:
-            raise ValueError("cannot run on an empty batch")
+        if input_ids.shape[0] == 0 or input_ids.shape[1] == 0:
+            raise ValueError(f"cannot run on an empty batch (input_ids of shape {tuple(input_ids.shape)})")
         if attention_mask is not None and attention_mask.shape != input_ids.shape[:2]:
             raise ValueError(
                 f"attention_mask shape {tuple(attention_mask.shape)} does not match input_ids "
                 f"{tuple(input_ids.shape[:2])}"
             )
         mask = valid_positions(input_ids, attention_mask)
-        path = choose_path(self.config, [], mask)
-        ALL_RIGHT_PADDING_CHECKS.get_interface(path, mask.device, check_right_padding)(mask)
+        check_values = ALL_VALUE_CHECKS.get_interface(choose_path(self.config, [], mask), mask.device, check_inputs)
+        check_values(input_ids, mask, self.config.alphabet.table_rows)
         return mask
 
     def _validated_state(self, initial_state, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -888,11 +894,35 @@ class ElmoModel(ElmoPreTrainedModel):
         return hidden.to(dtype), memory.to(dtype)
 
 
-def check_right_padding(mask: torch.Tensor) -> None:
-    """A one-line `ValueError` unless `mask` `(batch, positions)` marks each row's valid positions first."""
+def check_id_tensor(name: str, ids) -> None:
+    """A one-line `TypeError` unless the input `name` is a tensor of integers (what the tokenizer gives with
+    `return_tensors="pt"`)."""
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(ids).__name__}: tokenize with return_tensors='pt'")
+    if ids.dtype.is_floating_point or ids.dtype.is_complex or ids.dtype == torch.bool:
+        raise TypeError(f"{name} must hold integer ids, got {ids.dtype}")
+
+
+def check_ids_in_table(name: str, ids: torch.Tensor, rows: int) -> None:
+    """
+    A one-line `ValueError` where the ids `name` look up rows outside the `rows` of their table (ids of another
+    tokenizer or alphabet), which the lookup would report as an `IndexError` (a device-side assert on CUDA).
+    """
+    if ((ids < 0) | (ids >= rows)).any():  # one value brought to the host, the min and max only when refused
+        low, high = int(ids.min()), int(ids.max())
+        raise ValueError(
+            f"{name} holds ids from {low} to {high}, but this model's table has {rows} rows (ids 0 to {rows - 1}): "
+            "ids of another tokenizer?"
+        )
+
+
+def check_inputs(input_ids: torch.Tensor, mask: torch.Tensor, character_rows: int) -> None:
+    """A one-line `ValueError` unless `mask` `(batch, positions)` marks each row's valid positions first and the
+    character ids `input_ids` are rows of the character table (`character_rows`)."""
     lengths = mask.sum(dim=1, keepdim=True)
     if not torch.equal(mask, torch.arange(mask.shape[1], device=mask.device) < lengths):
         raise ValueError("attention_mask must mark each row's valid positions first (right padding)")
+    check_ids_in_table("input_ids", input_ids, character_rows)
 
 
 def valid_positions(input_ids: torch.LongTensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
@@ -1121,11 +1151,15 @@ class ElmoHeadModel(ElmoPreTrainedModel):
                 "this head also reads word_vector_ids (config.word_vector_dim); none were given: create its "
                 "ElmoTokenizer with word_vector_ids=True"
             )
+        check_id_tensor("word_vector_ids", word_vector_ids)
         if word_vector_ids.shape != input_ids.shape[:2]:
             raise ValueError(
                 f"word_vector_ids shape {tuple(word_vector_ids.shape)} does not match input_ids "
                 f"{tuple(input_ids.shape[:2])}"
             )
+        path = choose_path(self.config, [], word_vector_ids)
+        check_values = ALL_VALUE_CHECKS.get_interface(path, word_vector_ids.device, check_ids_in_table)
+        check_values("word_vector_ids", word_vector_ids, self.config.word_vector_vocab_size)
         return word_vector_ids
 
     def _encode(

@@ -33,7 +33,7 @@ from .configuration_elmo import ElmoConfig
 from .errors import ElmoConversionError, first_line
 from .folders import atomic_directory
 from .loading import load_model_and_tokenizer
-from .modeling_elmo import ElmoPreTrainedModel
+from .modeling_elmo import ElmoPreTrainedModel, check_ids_in_table
 from .tokenization_elmo import ElmoTokenizer
 
 ONNX_FILE = "model.onnx"
@@ -182,7 +182,14 @@ class ElmoOnnxSession:
         folder = Path(folder)
         if not (folder / ONNX_FILE).is_file():
             raise ValueError(f"{folder} holds no {ONNX_FILE}; write it with: hf-elmo export --format onnx")
-        self.max_characters_per_token = ElmoConfig.from_pretrained(folder).max_characters_per_token
+        config = ElmoConfig.from_pretrained(folder)
+        self.max_characters_per_token = config.max_characters_per_token
+        # The rows of the table each id input looks up, checked before the graph runs (its lookup would fail inside).
+        self.table_rows = {
+            "input_ids": config.alphabet.table_rows,
+            "word_input_ids": config.word_input_vocab_size,
+            "word_vector_ids": config.word_vector_vocab_size,
+        }
         self.session = onnxruntime.InferenceSession(
             str(folder / ONNX_FILE), session_options, providers=providers or ["CPUExecutionProvider"]
         )
@@ -216,6 +223,9 @@ class ElmoOnnxSession:
         valid = attention_mask.astype(bool)
         if not np.array_equal(valid, np.arange(valid.shape[1]) < valid.sum(axis=1, keepdims=True)):
             raise ValueError("attention_mask must mark each row's valid positions first (right padding)")
+        for name, value in feeds.items():
+            if self.table_rows.get(name) is not None:
+                check_ids_in_table(name, torch.from_numpy(value), self.table_rows[name])
         return dict(zip(self.output_names, self.session.run(self.output_names, feeds)))
 
 

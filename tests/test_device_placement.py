@@ -32,8 +32,9 @@ BIO_LABELS = {0: "O", 1: "B-X", 2: "I-X"}
 # `tolist()`, "_local_scalar_dense" of an `int()`, "equal") or a size that depends on values ("nonzero",
 # "unique_dim", indexing with a boolean mask), for which the host waits for the device.
 BILM_FORWARD = {
-    # the right-padding check (`torch.equal`)
-    ("modeling_elmo.check_right_padding", "equal.default"): 1,
+    # the right-padding check (`torch.equal`), then whether any character id is outside the character table
+    ("modeling_elmo.check_inputs", "equal.default"): 1,
+    ("modeling_elmo.check_ids_in_table", "_local_scalar_dense.default"): 1,
     # the distinct words: the largest id (how many bits a key packs), then the first row of each distinct key
     ("kernels_char_cnn.distinct_rows_by_packed_keys", "_local_scalar_dense.default"): 1,
     ("kernels_char_cnn.distinct_rows_by_packed_keys", "index.Tensor"): 1,

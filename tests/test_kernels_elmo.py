@@ -33,7 +33,7 @@ def test_the_choice_follows_the_config_autograd_and_autocast(monkeypatch):
     model = ElmoModel(config)
     input_ids, mask = random_batch(config, [4, 2])
     convolutions, n_layers = len(config.filters), config.n_layers
-    distinct, checked = ["distinct_rows_by_packed_keys"], ["check_right_padding"]
+    distinct, checked = ["distinct_rows_by_packed_keys"], ["check_inputs"]
     inference = checked + distinct + ["max_pooled_by_matmul"] * convolutions + ["lstm_layers_in_place"] * n_layers
     trained = (
         checked
@@ -95,7 +95,7 @@ def test_a_graph_keeps_no_value_and_only_an_export_scans_the_steps(exporting, mo
     with torch.no_grad():
         ElmoModel(config)(input_ids, attention_mask=mask)
     recurrence = "lstm_layers_scanned" if exporting else "lstm_layers_reference"
-    expected = ["trust_right_padding", "every_row_as_distinct"] + ["conv_max_pooled"] * len(config.filters)
+    expected = ["trust_values", "every_row_as_distinct"] + ["conv_max_pooled"] * len(config.filters)
     assert calls == expected + [recurrence] * config.n_layers
 
 
@@ -154,7 +154,7 @@ def test_every_entry_is_declared_and_an_unknown_key_raises():
     before its path's, and a key that names no path is a `KeyError` naming the paths, as `AttentionInterface`'s."""
     registry = kernels_elmo.ALL_DISTINCT_ROWS
     assert set(registry) == set(kernels_elmo.PATHS)
-    for table in (kernels_elmo.ALL_RECURRENCES, kernels_elmo.ALL_TASK_BILSTMS, kernels_elmo.ALL_RIGHT_PADDING_CHECKS):
+    for table in (kernels_elmo.ALL_RECURRENCES, kernels_elmo.ALL_TASK_BILSTMS, kernels_elmo.ALL_VALUE_CHECKS):
         assert set(table) >= set(kernels_elmo.PATHS) and table["reference"] == kernels_elmo.REFERENCE
 
     def reference(rows):

@@ -359,6 +359,23 @@ def test_bad_input_is_refused(tiny_model, tiny_batch):
         tiny_model(ids[..., :10])
     with pytest.raises(ValueError, match="empty batch"):
         tiny_model(ids[:0])
+    with pytest.raises(ValueError, match=r"^cannot run on an empty batch \(input_ids of shape \(3, 0, 20\)\)$"):
+        tiny_model(ids[:, :0], attention_mask=mask[:, :0])
+    with pytest.raises(TypeError, match=r"^input_ids must hold integer ids, got torch.float32$"):
+        tiny_model(ids.float())
+    with pytest.raises(TypeError, match=r"^input_ids must be a torch.Tensor, got list: tokenize with return_tensors"):
+        tiny_model(ids.tolist())
+    rows = tiny_model.config.alphabet.table_rows
+    for bad in (rows, -1):
+        wrong = ids.clone()
+        wrong[0, 0, 0] = bad
+        low, high = min(bad, 0), max(bad, int(ids.max()))
+        with pytest.raises(ValueError) as raised:
+            tiny_model(wrong, attention_mask=mask)
+        assert str(raised.value) == (
+            f"input_ids holds ids from {low} to {high}, but this model's table has {rows} rows (ids 0 to {rows - 1}): "
+            "ids of another tokenizer?"
+        )
     with pytest.raises(ValueError, match="does not match"):
         tiny_model(ids, attention_mask=mask[:, :3])
     with pytest.raises(ValueError, match="right padding"):
@@ -367,6 +384,22 @@ def test_bad_input_is_refused(tiny_model, tiny_batch):
         tiny_model(ids, initial_state=(torch.zeros(1), torch.zeros(1)))
     with pytest.raises(TypeError, match="unexpected"):
         tiny_model(ids, labels=torch.zeros(3))
+
+
+def test_word_input_ids_outside_the_word_table_are_one_line():
+    """A word input's ids index its own table (`word_input_vocab_size` rows): one past it is refused by name, as the
+    character ids are, not an `IndexError` from inside the lookup."""
+    torch.manual_seed(0)
+    model = ElmoModel(tiny_config(word_input_vocab_size=6, word_input_dim=4)).eval()
+    input_ids = torch.randint(1, 50, (2, 3, 20))
+    with torch.no_grad():
+        model(input_ids=input_ids, word_input_ids=torch.tensor([[1, 5, 2], [1, 0, 2]]))
+        with pytest.raises(ValueError) as raised:
+            model(input_ids=input_ids, word_input_ids=torch.tensor([[1, 5, 2], [1, 6, 2]]))
+    assert str(raised.value) == (
+        "word_input_ids holds ids from 1 to 6, but this model's table has 6 rows (ids 0 to 5): ids of another "
+        "tokenizer?"
+    )
 
 
 def test_gradients_reach_every_parameter(tiny_model, tiny_batch):

@@ -328,7 +328,7 @@ def test_disk_offload_gives_the_outputs_of_the_whole_model(tester, tmp_path, nam
     with torch.no_grad():
         output = offloaded(**inputs, output_hidden_states=True, return_final_state=True)
     kernels = {"distinct_rows_by_packed_keys", "max_pooled_by_matmul", "lstm_layers_in_place"}
-    assert set(calls) == {"check_right_padding", *kernels}  # kernels, hooks and all
+    assert set(calls) == {"check_inputs", *kernels}  # kernels, hooks and all
     for got, want in zip(
         (*output.hidden_states, *output.final_state), (*expected.hidden_states, *expected.final_state), strict=True
     ):

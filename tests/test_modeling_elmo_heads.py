@@ -410,7 +410,7 @@ def test_every_head_reads_its_word_vectors_and_names_them_a_graph_input(word_tok
     assert not torch.allclose(output[0], other[0])
 
 
-def test_word_vector_ids_missing_unexpected_or_misshapen_are_one_line(word_tokenizer):
+def test_word_vector_ids_missing_unexpected_misshapen_or_out_of_the_table_are_one_line(word_tokenizer):
     model = make_word_vector_head(ElmoForTokenClassification, word_tokenizer)
     batch = encode(word_tokenizer, SENTENCES)
     ids = batch.pop("word_vector_ids")
@@ -419,6 +419,11 @@ def test_word_vector_ids_missing_unexpected_or_misshapen_are_one_line(word_token
         model(**batch)
     with pytest.raises(ValueError, match=r"^word_vector_ids shape \(2, 9\) does not match input_ids \(2, 10\)$"):
         model(**batch, word_vector_ids=ids[:, :-1])
+    rows = model.config.word_vector_vocab_size
+    with pytest.raises(ValueError, match=rf"^word_vector_ids holds ids from 0 to {rows}, but this model's table has "):
+        model(**batch, word_vector_ids=ids.masked_fill(ids == ids.max(), rows))
+    with pytest.raises(TypeError, match=r"^word_vector_ids must hold integer ids, got torch.float32$"):
+        model(**batch, word_vector_ids=ids.float())
     with pytest.raises(
         ValueError, match=r"^word_vector_ids were given, but this head has no word vectors \(config.word_vector_dim\)$"
     ):

@@ -297,6 +297,8 @@ BAD_INPUTS = [
     (lambda e: {**e, "attention_mask": e["attention_mask"][:, :-1]}, "attention_mask must have shape"),
     (lambda e: {**e, "attention_mask": e["attention_mask"][:, ::-1]}, "right padding"),
     (lambda e: {**e, "token_type_ids": e["attention_mask"]}, "token_type_ids is not one of them"),
+    (lambda e: {**e, "input_ids": e["input_ids"] + 1000}, r"input_ids holds ids from 1000 to \d+, but this model's"),
+    (lambda e: {**e, "input_ids": e["input_ids"] - 1}, r"input_ids holds ids from -1 to"),
 ]
 # Only the learned model's graph takes word_input_ids.
 WITHOUT_WORD_INPUT_IDS = (lambda e: {k: v for k, v in e.items() if k != "word_input_ids"}, "also takes word_input_ids")
