@@ -14,8 +14,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from tokenizers import Tokenizer, pre_tokenizers
 from transformers import BatchEncoding, PreTrainedTokenizerBase
-from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE
-from transformers.utils import CONFIG_NAME, logging
+from transformers.tokenization_utils_base import TOKENIZER_CONFIG_FILE, TruncationStrategy
+from transformers.utils import CONFIG_NAME, PaddingStrategy, logging
 
 from .alphabet_elmo import (
     BYTE_ALPHABET,
@@ -504,12 +504,13 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         `split_special_tokens=True` encodes the words `<S>` and `</S>` of the text as ordinary words.
         """
         _refuse_unsupported_arguments(kwargs, text, text_target, text_pair_target, padding_side)
+        padding, truncation = _padding_strategy(padding, pad_to_multiple_of), _truncation_strategy(truncation)
         if text_pair is None and _is_batch_of_pairs(text, is_split_into_words):
             text, text_pair = [first for first, _ in text], [second for _, second in text]
         batched, firsts, seconds = self._batch_of_sentences(text, text_pair, is_split_into_words)
         if return_word_labels and self._word_to_id is None:
             raise ValueError("return_word_labels=True needs a word vocabulary: create the tokenizer with vocab_file=")
-        if (return_overflowing_tokens or stride) and (truncation != "only_second" or seconds is None):
+        if (return_overflowing_tokens or stride) and (truncation != TruncationStrategy.ONLY_SECOND or seconds is None):
             raise ValueError(
                 "overflowing tokens are windows of a pair's second sentence (a question's context): pass pairs with "
                 "truncation='only_second' and max_length; otherwise truncation drops the words past max_length"
@@ -545,8 +546,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             data["overflow_to_sample_mapping"] = sample_of
         word_ids = [example.word_ids for example in examples]
         labels = word_vocab_ids if return_word_labels else []
-        if padding not in (False, None, "do_not_pad"):
-            data = self._pad_lists(data, max_length if padding == "max_length" else None, pad_to_multiple_of)
+        if padding != PaddingStrategy.DO_NOT_PAD:
+            data = self._pad_lists(
+                data, max_length if padding == PaddingStrategy.MAX_LENGTH else None, pad_to_multiple_of
+            )
             positions = len(data["input_ids"][0])
             word_ids = [ids + [None] * (positions - len(ids)) for ids in word_ids]
             labels = [ids + [-100] * (positions - len(ids)) for ids in labels]
@@ -620,11 +623,13 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             raise ValueError("text and text_pair must both be single sentences or batches of the same size")
         return batched, firsts, seconds
 
-    def _truncation_limit(self, truncation, max_length: int | None) -> int | None:
+    def _truncation_limit(self, truncation: TruncationStrategy | None, max_length: int | None) -> int | None:
         """The most positions an example keeps; `None` without truncation (which `max_length` alone turns on)."""
-        if max_length is not None and truncation is None:
-            truncation = True
-        return (max_length or self.model_max_length) if truncation not in (None, False, "do_not_truncate") else None
+        if truncation is None:
+            truncation = TruncationStrategy.DO_NOT_TRUNCATE if max_length is None else TruncationStrategy.LONGEST_FIRST
+        if truncation == TruncationStrategy.DO_NOT_TRUNCATE:
+            return None
+        return self.model_max_length if max_length is None else max_length
 
     def _encode_windows(
         self, first: Sentence, pair: Sentence, add_special_tokens, limit, stride: int, split_special_tokens=False
@@ -665,15 +670,22 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
     ) -> EncodedExample:
         """
         One (possibly paired) example, truncated to `limit` positions: the longer sentence's last units first, or
-        with `truncation="only_second"` the second sentence's.
+        with `truncation="only_second"` (`"only_first"`) the second (first) sentence's alone.
         """
         n_special = (2 if add_special_tokens else 0) * (1 if pair is None else 2)
         if limit is not None:
             room = limit - n_special
             if room < 0:
                 raise ValueError(f"max_length={limit} leaves no room for the {n_special} boundary positions")
-            if truncation == "only_second" and pair is not None:
+            if truncation == TruncationStrategy.ONLY_SECOND and pair is not None:
                 pair = pair.first(self._pair_room(first, add_special_tokens, limit))
+            elif truncation == TruncationStrategy.ONLY_FIRST and pair is not None:
+                if room - len(pair.units) < 1:
+                    raise ValueError(
+                        f"max_length={limit} leaves no room for the first sentence beside the second "
+                        f"({len(pair.units)} units) and the boundary positions"
+                    )
+                first = first.first(room - len(pair.units))
             elif pair is None:
                 first = first.first(room)
             else:
@@ -771,6 +783,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """
         if padding_side not in (None, "right"):
             raise ValueError("ElmoTokenizer pads on the right only")
+        padding = _padding_strategy(padding, pad_to_multiple_of)
         if isinstance(encoded_inputs, (list, tuple)):
             if not encoded_inputs:
                 raise ValueError("cannot pad an empty list of features")
@@ -788,8 +801,10 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         _refuse_string_labels(data)
         if return_attention_mask is not False and "attention_mask" not in data:
             data["attention_mask"] = [[1] * len(rows) for rows in data["input_ids"]]
-        if padding not in (False, None, "do_not_pad"):
-            data = self._pad_lists(data, max_length if padding == "max_length" else None, pad_to_multiple_of)
+        if padding != PaddingStrategy.DO_NOT_PAD:
+            data = self._pad_lists(
+                data, max_length if padding == PaddingStrategy.MAX_LENGTH else None, pad_to_multiple_of
+            )
         return ElmoBatchEncoding(data, tensor_type=return_tensors)
 
     # -- decoding (words are not recoverable beyond the characters a row holds, but rows decode faithfully) ----------
@@ -807,6 +822,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             return self.decode([token_ids], skip_special_tokens)
         if depth != 2:
             raise ValueError("decode takes a row of character ids, a sequence of rows, or a batch of sequences")
+        unknown = next((i for row in token_ids for i in row if i not in self._symbol_by_id), None)
+        if unknown is not None:  # as convert_ids_to_tokens refuses it; a learned alphabet has no character for it
+            raise ValueError(f"{unknown!r} is not a character id (0..{self.vocab_size - 1})")
         words = []
         for row in token_ids:
             if not any(row):
@@ -896,6 +914,28 @@ def _refuse_string_labels(data: dict) -> None:
                     f"the features' {key!r} hold strings ({value!r}), where a head needs class ids: cast the column "
                     f'first, e.g. dataset = dataset.cast_column("{key}", ClassLabel(names=[...])) (from datasets)'
                 )
+
+
+def _padding_strategy(padding, pad_to_multiple_of) -> PaddingStrategy:
+    """transformers' `padding` argument as its strategy (`True`: "longest"), checked with `pad_to_multiple_of`:
+    a one-line `ValueError` for a strategy transformers does not name, or a multiple below 1."""
+    if pad_to_multiple_of is not None and (
+        not isinstance(pad_to_multiple_of, int) or isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1
+    ):
+        raise ValueError(f"pad_to_multiple_of must be an integer of at least 1, got {pad_to_multiple_of!r}")
+    if padding is True:
+        return PaddingStrategy.LONGEST
+    return PaddingStrategy.DO_NOT_PAD if padding in (False, None) else PaddingStrategy(padding)
+
+
+def _truncation_strategy(truncation) -> TruncationStrategy | None:
+    """transformers' `truncation` argument as its strategy (`True`: "longest_first"); `None` where not given, which
+    `max_length` turns on. A strategy transformers does not name is a one-line `ValueError`."""
+    if truncation is None:
+        return None
+    if truncation is True:
+        return TruncationStrategy.LONGEST_FIRST
+    return TruncationStrategy.DO_NOT_TRUNCATE if truncation is False else TruncationStrategy(truncation)
 
 
 def _refuse_unsupported_arguments(unexpected: dict, text, text_target, text_pair_target, padding_side):

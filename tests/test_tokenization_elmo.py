@@ -82,8 +82,30 @@ def test_truncation_counts_positions():
     assert len(encoded["input_ids"][0]) == 4
     assert encoded.word_ids(0) == [None, 0, 1, None]
     assert encoded["input_ids"][0][-1] == tokenizer._eos_row
-    with pytest.raises(ValueError, match="no room"):
-        tokenizer([["a"]], is_split_into_words=True, truncation=True, max_length=1)
+    for too_few in (1, 0):  # 0 is a length, not "no limit"
+        with pytest.raises(ValueError, match=f"^max_length={too_few} leaves no room for the 2 boundary positions$"):
+            tokenizer([["a"]], is_split_into_words=True, truncation=True, max_length=too_few)
+
+
+@pytest.mark.parametrize(
+    "arguments, message",
+    [
+        ({"padding": "longer"}, "longer is not a valid PaddingStrategy"),
+        ({"padding": True, "pad_to_multiple_of": 0}, "^pad_to_multiple_of must be an integer of at least 1, got 0$"),
+        ({"padding": True, "pad_to_multiple_of": -8}, "got -8$"),
+        ({"truncation": "only_last", "max_length": 4}, "only_last is not a valid TruncationStrategy"),
+    ],
+)
+def test_a_padding_or_truncation_transformers_does_not_name_is_refused(arguments, message):
+    """What transformers' tokenizers refuse, this one refuses too, in `__call__` and in `pad`; it used to pad to the
+    longest row for any padding string and to ignore a multiple below 1."""
+    tokenizer = ElmoTokenizer()
+    with pytest.raises(ValueError, match=message):
+        tokenizer([["a"], ["a", "b"]], is_split_into_words=True, **arguments)
+    if "truncation" not in arguments:
+        features = [tokenizer(["a"], is_split_into_words=True), tokenizer(["a", "b"], is_split_into_words=True)]
+        with pytest.raises(ValueError, match=message):
+            tokenizer.pad(features, **arguments)
 
 
 def test_pairs_get_their_own_boundaries_and_type_ids():
@@ -261,6 +283,11 @@ def test_only_second_truncation_trims_the_context_alone():
     assert longest_first.word_ids() != trimmed.word_ids()  # the default trims the longer sentence
     with pytest.raises(ValueError, match="no room for the second sentence"):
         tokenizer(question, context, truncation="only_second", max_length=9)
+    # "only_first" is its mirror: the first sentence trimmed, the second whole.
+    trimmed = tokenizer(context, question, truncation="only_first", max_length=12)
+    assert trimmed.word_ids() == [None, 0, 1, 2, None, None, 0, 1, 2, 3, 4, None]  # the question whole
+    with pytest.raises(ValueError, match="no room for the first sentence beside the second"):
+        tokenizer(context, question, truncation="only_first", max_length=9)
 
 
 def test_overflowing_windows_cover_the_context_with_the_stride():
@@ -356,6 +383,17 @@ def test_a_word_input_vocabulary_of_another_shape_is_one_line_naming_the_field(t
             word_input_vocab_file=str(tmp_path / "words.json"),
         )
     assert str(raised.value) == f"{tmp_path / 'words.json'}: {field}; copy or download the model folder again"
+
+
+@pytest.mark.parametrize("learned", [False, True])
+def test_decoding_an_id_that_is_no_character_is_one_line(tmp_path, learned):
+    """`decode` refuses what `convert_ids_to_tokens` refuses; a learned alphabet's decode raised a `KeyError`."""
+    tokenizer = learned_tokenizer(tmp_path) if learned else ElmoTokenizer(max_characters_per_token=5)
+    row = tokenizer(["abc"], is_split_into_words=True)["input_ids"][1]
+    assert tokenizer.decode([row]) == "abc"
+    for bad in (tokenizer.vocab_size, -1):
+        with pytest.raises(ValueError, match=rf"^{bad} is not a character id \(0\.\.{tokenizer.vocab_size - 1}\)$"):
+            tokenizer.decode([row, [bad] * len(row)])
 
 
 def test_learned_tokenizer_pads_saves_and_loads(tmp_path):
