@@ -12,7 +12,7 @@ both give the same vectors.
 """
 
 import os
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 
 import torch
 from transformers.utils import cached_file
@@ -145,6 +145,8 @@ class ElmoSentenceEmbedder(torch.nn.Module):
         """`texts` as a list, each a `str`, else a one-line `ValueError`."""
         if isinstance(texts, str):
             raise ValueError(f"{cls.__name__} embeds a list of texts; for one text, pass [text]")
+        if not isinstance(texts, Iterable):
+            raise ValueError(f"{cls.__name__} embeds a list of texts, got {type(texts).__name__}")
         texts = list(texts)
         for text in texts:
             if not isinstance(text, str):

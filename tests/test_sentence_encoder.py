@@ -99,6 +99,7 @@ def test_the_bundled_biLM_gives_the_vector_of_its_sentence_transformers_folder()
     [
         ("one text", 8, r"^ElmoSentenceEmbedder embeds a list of texts; for one text, pass \[text\]$"),
         (["a", 3], 8, r"^ElmoSentenceEmbedder embeds texts \(str\), one per input, got int$"),
+        (None, 8, r"^ElmoSentenceEmbedder embeds a list of texts, got NoneType$"),
         (["a"], 0, r"^batch_size must be a whole number >= 1, got 0$"),
     ],
 )
