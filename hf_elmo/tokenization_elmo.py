@@ -690,8 +690,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
                 first = first.first(room)
             else:
                 kept = [len(first.units), len(pair.units)]
-                while sum(kept) > room:
-                    kept[0 if kept[0] >= kept[1] else 1] -= 1
+                while sum(kept) > room:  # as transformers' "longest_first": a tie takes a unit from the second
+                    kept[0 if kept[0] > kept[1] else 1] -= 1
                 first, pair = first.first(kept[0]), pair.first(kept[1])
         rows, unit_ids, word_ids, type_ids = [], [], [], []
         row_of = self._plain_row if split_special_tokens else self.word_to_row

@@ -1,5 +1,7 @@
+import itertools
 import json
 import shutil
+import types
 
 import numpy as np
 import pytest
@@ -85,6 +87,45 @@ def test_truncation_counts_positions():
     for too_few in (1, 0):  # 0 is a length, not "no limit"
         with pytest.raises(ValueError, match=f"^max_length={too_few} leaves no room for the 2 boundary positions$"):
             tokenizer([["a"]], is_split_into_words=True, truncation=True, max_length=too_few)
+
+
+def test_truncation_of_pairs_keeps_what_transformers_keeps():
+    """Each sentence of a pair keeps as many units as transformers' own truncation keeps of it (its
+    `truncate_sequences`, run here on lists of that length), for "longest_first" and "only_second", odd and even
+    lengths, ties among them; `max_length` alone truncates as "longest_first", and without it `model_max_length`
+    bounds an example."""
+    from transformers.tokenization_python import PreTrainedTokenizer
+    from transformers.utils import logging
+
+    tokenizer = ElmoTokenizer()
+    right = types.SimpleNamespace(truncation_side="right")
+    verbosity = logging.get_verbosity()
+    logging.set_verbosity_error()  # transformers warns on every pair truncated "longest_first"
+    try:
+        for first_length, second_length, max_length in itertools.product(range(1, 7), range(1, 7), range(6, 14)):
+            first, second = [f"a{i}" for i in range(first_length)], [f"b{i}" for i in range(second_length)]
+            remove = first_length + second_length + 4 - max_length
+            for strategy in ("longest_first", "only_second"):
+                if strategy == "only_second" and remove >= second_length:
+                    continue  # no room for the second sentence: refused here, left whole by transformers
+                kept = PreTrainedTokenizer.truncate_sequences(right, first, second, remove, strategy)[:2]
+                truncation = True if strategy == "longest_first" else strategy
+                encoded = tokenizer(
+                    [first], [second], is_split_into_words=True, truncation=truncation, max_length=max_length
+                )
+                types_of = encoded["token_type_ids"][0]
+                assert [types_of.count(0) - 2, types_of.count(1) - 2] == [len(kept[0]), len(kept[1])], (
+                    first_length,
+                    second_length,
+                    max_length,
+                    strategy,
+                )
+    finally:
+        logging.set_verbosity(verbosity)
+    assert len(tokenizer([["a"] * 9], is_split_into_words=True, max_length=5)["input_ids"][0]) == 5
+    bounded = ElmoTokenizer(model_max_length=6)
+    assert len(bounded([["a"] * 9], is_split_into_words=True, truncation=True)["input_ids"][0]) == 6
+    assert len(bounded([["a"] * 9], is_split_into_words=True, truncation=False)["input_ids"][0]) == 11
 
 
 @pytest.mark.parametrize(
