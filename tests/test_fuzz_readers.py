@@ -149,6 +149,23 @@ def test_any_bytes_read_as_json_or_refused_in_one_line(data):
             assert value == json.loads(data.decode("utf-8"))
 
 
+def test_a_file_cut_short_is_told_from_one_that_is_not_json_or_not_there(tmp_path):
+    """A file that ends inside its JSON (a write that was stopped: `cut_short`, which a reader may take for one never
+    finished) is told from JSON broken inside it, and both from a file the system cannot read."""
+    cut = written(tmp_path, "cut.json", b'{"a": [1, 2')
+    with pytest.raises(FileContentError) as raised:
+        read_json_file(cut, "fix it")
+    assert raised.value.cut_short and str(raised.value) == f"{cut} ends before its JSON does; fix it"
+    broken = written(tmp_path, "broken.json", b'{"a": ], "b": 1}')
+    with pytest.raises(FileContentError) as raised:
+        read_json_file(broken, "fix it")
+    assert not raised.value.cut_short
+    assert str(raised.value) == f"{broken} is not JSON (Expecting value at character 6); fix it"
+    with pytest.raises(FileContentError) as raised:
+        read_json_file(tmp_path / "missing.json", "fix it")
+    assert str(raised.value) == f"cannot read {tmp_path / 'missing.json'}: No such file or directory"
+
+
 def test_a_file_larger_than_its_bound_is_refused_before_it_is_read(tmp_path):
     path = written(tmp_path, "big.json", b"[" + b"1," * 5000 + b"1]")
     with pytest.raises(FileContentError, match=r"holds 10,003 bytes, more than the 1,000 it may; fix it$"):
