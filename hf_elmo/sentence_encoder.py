@@ -194,8 +194,9 @@ def read_settings(name_or_path: str | os.PathLike, **hub_kwargs) -> dict:
     if path is None:
         return {}
     fix = "copy or download the model folder again"
-    saved = JsonFields(read_json_file(path, fix), path, fix).data
-    unknown = sorted(set(saved) - set(ElmoSentenceEmbedder.settings_names))
-    if unknown:
-        raise FileContentError(f"{path} names settings hf_elmo does not know: {', '.join(unknown)}; {fix}")
-    return saved
+    fields = JsonFields(read_json_file(path, fix), path, fix)
+    unknown = sorted(set(fields.data) - set(ElmoSentenceEmbedder.settings_names))
+    if unknown:  # each named as a message names a key: one that is no plain name quoted, so that none breaks the line
+        names = ", ".join(fields.name(key) for key in unknown)
+        raise FileContentError(f"{path} names settings hf_elmo does not know: {names}; {fix}")
+    return fields.data

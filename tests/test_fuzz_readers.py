@@ -26,7 +26,7 @@ from hf_elmo import ElmoConfig, ElmoTokenizer, quickstart
 from hf_elmo.alphabet_elmo import CharacterAlphabet, learn_character_vocabulary
 from hf_elmo.conversion_original import read_options
 from hf_elmo.embedding_files import _check_identity, check_part
-from hf_elmo.errors import CommandError, ElmoConversionError, FileContentError, read_json_file
+from hf_elmo.errors import CommandError, ElmoConversionError, FileContentError, JsonFields, read_json_file
 from hf_elmo.pretraining import asks_for_more_steps, read_run_text, read_trainer_state
 from hf_elmo.sentence_encoder import read_settings
 from hf_elmo.sentence_weighting import WordCounts
@@ -206,7 +206,7 @@ def test_every_json_file_the_package_reads_goes_through_read_json_file():
 SMALL_FILES = {
     "word_counts.json": ({"words": 9, "counts": [0, 0, 0, 4, 3]}, lambda folder: WordCounts.from_pretrained(folder)),
     "sense_counts.json": ({"train.txt": {"배": {"boat": 2, "belly": 1}}}, quickstart.read_sense_counts),
-    "sentence_bert_config.json": ({"sif_a": 0.001, "layer": "average"}, read_settings),
+    "sentence_bert_config.json": ({"sif_a": 0.001, "layer_weights": [0.5, 0.5, 0.0]}, read_settings),
     "options.json": ({"lstm": {"dim": 8}}, lambda folder: read_options(folder / "options.json")),
     "word_input_vocab.json": (
         {"<oov>": 0, "<pad>": 1, "한국어": 2},
@@ -301,6 +301,44 @@ def test_the_record_of_a_runs_text_reads_whole_or_is_refused_in_one_line(data):
         if not isinstance(record, FileContentError):  # what check_same_text compares
             for files in record.values():
                 assert all(isinstance(file["size"], int) and isinstance(file["sha256"], str) for file in files)
+
+
+def test_each_reader_takes_its_intact_file_whole(tmp_path):
+    """The fuzz tests above accept a refusal of any file; here each reader must take the file it is fuzzed from,
+    undamaged, and give back what it holds, so that a reader that refuses everything fails."""
+    path = written(tmp_path, "char_vocab.json", json.dumps(CHAR_VOCAB).encode())
+    assert CharacterAlphabet.from_file(path).symbols == LEARNED.symbols
+    (tmp_path / "checkpoint-40").mkdir()
+    path = written(tmp_path / "checkpoint-40", "trainer_state.json", json.dumps(TRAINER_STATE).encode())
+    state = read_trainer_state(path)
+    assert (state["global_step"], state["num_train_epochs"], state["epoch"]) == (40, 2, 1.0)
+    path = written(tmp_path, "hf_elmo_pretrain_text.json", json.dumps(RUN_TEXT).encode())
+    assert read_run_text(path) == RUN_TEXT
+    learn_character_vocabulary(["한국어"]).save(tmp_path / "char_vocab.json")
+    for name, (saved, read) in SMALL_FILES.items():
+        written(tmp_path, name, json.dumps(saved, ensure_ascii=False).encode())
+        assert not isinstance(read(tmp_path), Exception), name
+    assert WordCounts.from_pretrained(tmp_path).counts.tolist() == [0, 0, 0, 4, 3]
+    assert quickstart.read_sense_counts(tmp_path) == {"배": {"boat": 2, "belly": 1}}
+
+
+@pytest.mark.parametrize(
+    "value, kinds, bounds, expected",
+    [
+        (12, int, {"minimum": 0, "maximum": 9}, "the number 12, not an integer from 0 to 9"),
+        (-1, int, {"minimum": 0}, "the number -1, not an integer of at least 0"),
+        (12, int, {"maximum": 9}, "the number 12, not an integer of at most 9"),
+        (math.nan, float, {}, "the number NaN, not a number that is finite"),
+        ("2.5", float, {}, 'the string "2.5", not a number'),
+        (True, float, {}, "true, not a number"),
+        (True, int, {}, "true, not an integer"),
+    ],
+)
+def test_a_field_out_of_its_bounds_or_kind_is_named_with_them(value, kinds, bounds, expected):
+    fields = JsonFields({"n": value}, "f.json", "fix it")
+    with pytest.raises(FileContentError) as raised:
+        fields.take("n", kinds, **bounds)
+    assert str(raised.value) == f"f.json: n is {expected}; fix it"
 
 
 # -- embedding_files: the parts and the run state of embed ------------------------------------------------------------
