@@ -341,6 +341,17 @@ def test_a_field_out_of_its_bounds_or_kind_is_named_with_them(value, kinds, boun
     assert str(raised.value) == f"f.json: n is {expected}; fix it"
 
 
+def test_a_list_or_object_of_more_items_than_it_may_hold_is_named_with_its_size():
+    fields = JsonFields({"n": [1, 2, 3], "m": {"a": 1, "b": 2}}, "f.json", "fix it")
+    assert fields.take("n", list, maximum=3) == [1, 2, 3]
+    for key, kind in (("n", list), ("m", dict)):
+        with pytest.raises(FileContentError) as raised:
+            fields.take(key, kind, maximum=1)
+        assert (
+            str(raised.value) == f"f.json: {key} holds {len(fields.data[key])} items, more than the 1 it may; fix it"
+        )
+
+
 # -- embedding_files: the parts and the run state of embed ------------------------------------------------------------
 
 
