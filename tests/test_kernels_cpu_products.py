@@ -6,6 +6,7 @@ libraries kept per machine.
 """
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -116,16 +117,35 @@ def test_prepared_kernels_follow_the_weights(write, library, monkeypatch):
     assert not torch.allclose(before.last_hidden_state, after.last_hidden_state)
 
 
+def choices_read_anew(monkeypatch, cache: Path) -> None:
+    """`$HF_ELMO_CACHE` at `cache` and no choice held, as a new process starts: only the file there remains."""
+    monkeypatch.setenv("HF_ELMO_CACHE", str(cache))
+    monkeypatch.setattr(kernels_cpu_products, "_choices", None)
+
+
+def counted_timings(monkeypatch) -> list:
+    """A list that gains an item each time a product is timed."""
+    timed, time_product = [], kernels_cpu_products.time_product
+    monkeypatch.setattr(kernels_cpu_products, "time_product", lambda *args: timed.append(1) or time_product(*args))
+    return timed
+
+
+def model_and_exact_output(monkeypatch) -> tuple:
+    """A tiny model, a batch of two rows and the model's output on it without "auto" (torch's own products)."""
+    torch.manual_seed(0)
+    config = tiny_config()
+    model = ElmoModel(config).eval()
+    input_ids, mask = random_batch(config, [4, 2])
+    return model, input_ids, mask, run_model(model, input_ids, mask, False, monkeypatch)
+
+
 def test_auto_measures_each_shape_once_and_keeps_the_choice(tmp_path, monkeypatch):
     """
     "auto" times the float32 libraries for each product shape the first time it meets it, writes the choices to
     `$HF_ELMO_CACHE`, and later reads them from there (a new process starts from the file): no second measurement.
     """
-    monkeypatch.setenv("HF_ELMO_CACHE", str(tmp_path))
-    monkeypatch.setattr(kernels_cpu_products, "_choices", None)
-    timed = []
-    time_product = kernels_cpu_products.time_product
-    monkeypatch.setattr(kernels_cpu_products, "time_product", lambda *args: timed.append(1) or time_product(*args))
+    choices_read_anew(monkeypatch, tmp_path)
+    timed = counted_timings(monkeypatch)
     torch.manual_seed(0)
     config = tiny_config()
     model = ElmoModel(config).eval()
@@ -138,7 +158,7 @@ def test_auto_measures_each_shape_once_and_keeps_the_choice(tmp_path, monkeypatc
     assert all(machine[0] in key and machine[1] in key for key in choices)
 
     timed.clear()
-    monkeypatch.setattr(kernels_cpu_products, "_choices", None)  # as a new process: only the file remains
+    choices_read_anew(monkeypatch, tmp_path)
     second = run_model(model, input_ids, mask, True, monkeypatch)
     assert timed == []
     assert torch.equal(first.last_hidden_state, second.last_hidden_state)  # same choices, same rounding
@@ -148,13 +168,8 @@ def test_auto_measures_each_shape_once_and_keeps_the_choice(tmp_path, monkeypatc
 def test_auto_measures_again_over_a_damaged_choices_file(tmp_path, monkeypatch, damage):
     """A choices file that is no object, holds a choice hf_elmo does not make, or was cut short means measuring
     again (and writing it whole), never a product looked up by a name no kernel has."""
-    monkeypatch.setenv("HF_ELMO_CACHE", str(tmp_path))
-    monkeypatch.setattr(kernels_cpu_products, "_choices", None)
-    torch.manual_seed(0)
-    config = tiny_config()
-    model = ElmoModel(config).eval()
-    input_ids, mask = random_batch(config, [4, 2])
-    exact = run_model(model, input_ids, mask, False, monkeypatch)
+    choices_read_anew(monkeypatch, tmp_path)
+    model, input_ids, mask, exact = model_and_exact_output(monkeypatch)
     run_model(model, input_ids, mask, True, monkeypatch)
     path = tmp_path / "cpu_matmul_choices.json"
     measured = json.loads(path.read_text())
@@ -164,10 +179,8 @@ def test_auto_measures_again_over_a_damaged_choices_file(tmp_path, monkeypatch, 
         "cut short": path.read_text()[:-5],
     }[damage]
     path.write_text(damaged)
-    monkeypatch.setattr(kernels_cpu_products, "_choices", None)  # as a new process: only the file remains
-    timed = []
-    time_product = kernels_cpu_products.time_product
-    monkeypatch.setattr(kernels_cpu_products, "time_product", lambda *args: timed.append(1) or time_product(*args))
+    choices_read_anew(monkeypatch, tmp_path)
+    timed = counted_timings(monkeypatch)
     assert_outputs_match(run_model(model, input_ids, mask, True, monkeypatch), exact)
     assert len(timed) == 2 * len(measured)
     assert set(json.loads(path.read_text()).values()) <= {"blas", "onednn"}
@@ -176,13 +189,8 @@ def test_auto_measures_again_over_a_damaged_choices_file(tmp_path, monkeypatch, 
 def test_auto_without_a_writable_cache_still_runs(tmp_path, monkeypatch):
     blocked = tmp_path / "a-file"
     blocked.write_text("not a folder")
-    monkeypatch.setenv("HF_ELMO_CACHE", str(blocked))
-    monkeypatch.setattr(kernels_cpu_products, "_choices", None)
-    torch.manual_seed(0)
-    config = tiny_config()
-    model = ElmoModel(config).eval()
-    input_ids, mask = random_batch(config, [4, 2])
-    exact = run_model(model, input_ids, mask, False, monkeypatch)
+    choices_read_anew(monkeypatch, blocked)
+    model, input_ids, mask, exact = model_and_exact_output(monkeypatch)
     assert_outputs_match(run_model(model, input_ids, mask, True, monkeypatch), exact)
 
 
