@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .errors import FileContentError, JsonFields, read_json_file
+from .errors import FileContentError, JsonFields
 
 # Shift of every id in a row: 0 is reserved for "no character" (rows of padded positions are all zeros).
 ID_SHIFT = 1
@@ -110,7 +110,7 @@ class CharacterAlphabet:
         field.
         """
         fix = "copy or download the model folder again"
-        vocabulary = JsonFields(read_json_file(path, fix, CHAR_VOCAB_FILE_LIMIT), path, fix)
+        vocabulary = JsonFields.of_file(path, fix, CHAR_VOCAB_FILE_LIMIT)
         symbols = vocabulary.take("symbols", dict)
         markers = JsonFields(vocabulary.take("markers", dict), path, fix, "markers")
         if unknown := sorted(set(markers.data) - set(MARKER_ROLES)):

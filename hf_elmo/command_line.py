@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import FileContentError, read_json_file
+from .errors import json_object_or_none
 from .folders import replacing_problem
 from .model_names import is_path_only, local_model_folder, original_checkpoint
 from .text_files import unreadable_reason
@@ -285,11 +285,8 @@ def local_pre_tokenizer(model: str) -> str | None:
     folder = local_model_folder(model)
     if folder is None:
         return None
-    try:
-        settings = read_json_file(folder / "tokenizer_config.json", fix="")
-    except FileContentError:
-        return None
-    name = settings.get("pre_tokenizer") if isinstance(settings, dict) else None
+    settings = json_object_or_none(folder / "tokenizer_config.json") or {}
+    name = settings.get("pre_tokenizer")
     return name if isinstance(name, str) else None
 
 
@@ -375,11 +372,7 @@ def local_representation_layers(model: str) -> int | None:
     folder = local_model_folder(model)
     if folder is None:
         return None
-    try:
-        config = read_json_file(folder / "config.json", fix="")
-    except FileContentError:
-        return None
-    n_layers = config.get("n_layers") if isinstance(config, dict) else None
+    n_layers = (json_object_or_none(folder / "config.json") or {}).get("n_layers")
     return n_layers + 1 if isinstance(n_layers, int) else None
 
 

@@ -18,7 +18,7 @@ from transformers import GenerationConfig, PreTrainedConfig
 from transformers.utils import is_torch_available, logging
 
 from .alphabet_elmo import CharacterAlphabet
-from .errors import JsonFields, read_json_file
+from .errors import JsonFields
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
@@ -431,7 +431,7 @@ class ElmoConfig(PreTrainedConfig):
         file. (transformers' `AutoConfig` reads the file itself: there the field's refusal comes from `__init__`.)
         """
         fix = "copy or download the model folder again"
-        fields = JsonFields(read_json_file(json_file, fix), json_file, fix)
+        fields = JsonFields.of_file(json_file, fix)
         config_dict = cls._decode_special_floats(fields.data)
         for key, value in config_dict.items():
             name, rule = cls.rule_of(key)

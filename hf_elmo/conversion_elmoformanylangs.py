@@ -31,7 +31,7 @@ import torch
 
 from .alphabet_elmo import MARKER_ROLES, CharacterAlphabet
 from .configuration_elmo import ElmoConfig
-from .errors import ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
+from .errors import ElmoConversionError, FileContentError, JsonFields, first_line
 from .folders import atomic_directory, write_error
 from .model_card import packaged_template, write_model_card
 from .modeling_elmo import ElmoModel
@@ -101,7 +101,7 @@ def read_release_json(path: Path) -> dict:
     regular file of bounded size); anything else is a one-line `ElmoConversionError`."""
     fix = "unpack the ELMoForManyLangs release again"
     try:
-        return JsonFields(read_json_file(path, fix), path, fix).data
+        return JsonFields.of_file(path, fix).data
     except FileContentError as error:
         raise ElmoConversionError(str(error)) from error
 

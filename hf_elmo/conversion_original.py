@@ -19,7 +19,7 @@ import numpy as np
 import torch
 
 from .configuration_elmo import ElmoConfig
-from .errors import ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
+from .errors import ElmoConversionError, FileContentError, JsonFields, first_line
 from .folders import WRITE_ADVICE, atomic_directory, create_exclusively, write_error
 from .loading import load_model
 from .model_card import packaged_template, write_model_card
@@ -91,7 +91,7 @@ def read_options(path: str | os.PathLike) -> dict:
     anything else is a one-line `ElmoConversionError`."""
     fix = "it should be the options.json of an original ELMo checkpoint"
     try:
-        return JsonFields(read_json_file(path, fix), path, fix).data
+        return JsonFields.of_file(path, fix).data
     except FileContentError as error:
         raise ElmoConversionError(str(error)) from error
 

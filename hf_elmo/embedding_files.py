@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .errors import CommandError, ElmoConversionError, FileContentError, JsonFields, first_line, read_json_file
+from .errors import CommandError, ElmoConversionError, FileContentError, JsonFields, first_line
 from .folders import create_exclusively, lock_output, refuse_link
 from .text_files import LineTooLong, TextFileError, UndecodableLine, count_lines, read_lines
 
@@ -355,7 +355,7 @@ def _check_identity(state_file: Path, identity: dict, parts: Path):
     stored, fix = {}, f"remove {parts} to start over"
     if state_file.exists():
         try:
-            stored = JsonFields(read_json_file(state_file, fix), state_file, fix).data
+            stored = JsonFields.of_file(state_file, fix).data
         except FileContentError as error:
             raise CommandError(f"cannot resume {parts}: {error}") from error
     differ = [key for key in identity if stored.get(key) != identity[key]]

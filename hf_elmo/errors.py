@@ -108,6 +108,16 @@ def read_json_file(path, fix: str, max_bytes: int = JSON_FILE_LIMIT):
         raise FileContentError(f"{path} is not JSON that can be read ({first_line(error)}); {fix}") from error
 
 
+def json_object_or_none(path) -> dict | None:
+    """The JSON object the file `path` holds (`read_json_file`), or None where it cannot be read or holds no object:
+    for a look ahead whose reader, run later, says why."""
+    try:
+        value = read_json_file(path, fix="")
+    except FileContentError:
+        return None
+    return value if isinstance(value, dict) else None
+
+
 def describe_value(value) -> str:
     """A JSON value as a message names it: its kind, and the value itself where it is short."""
     if isinstance(value, bool) or value is None:
@@ -139,6 +149,12 @@ class JsonFields:
         if not isinstance(data, dict):
             raise self.error(f"{where or 'the file'} is {describe_value(data)}, not an object")
         self.data = data
+
+    @classmethod
+    def of_file(cls, path, fix: str, max_bytes: int = JSON_FILE_LIMIT) -> "JsonFields":
+        """The fields of the JSON object the file `path` holds (`read_json_file`); anything else is a
+        `FileContentError` ending with `fix`."""
+        return cls(read_json_file(path, fix, max_bytes), path, fix)
 
     def error(self, problem: str) -> FileContentError:
         return FileContentError(f"{self.path}: {problem}; {self.fix}")

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from .errors import FileContentError, read_json_file
+from .errors import json_object_or_none
 
 # A product `x @ kernel` written into `out`, or added to it when `accumulate`.
 Product = Callable[[torch.Tensor, torch.Tensor, bool], None]
@@ -220,11 +220,7 @@ def fastest_library(in_dim: int, out_dim: int, rows: int, dtype: torch.dtype = t
     global _choices
     path = choices_file()
     if _choices is None:
-        try:
-            saved = read_json_file(path, fix="")
-        except FileContentError:
-            saved = {}
-        _choices = saved if isinstance(saved, dict) else {}
+        _choices = json_object_or_none(path) or {}
     key = (
         f"{cpu_model()} | torch {torch.__version__} | {torch.get_num_threads()} threads | "
         f"({rows}, {in_dim}) @ ({in_dim}, {out_dim})" + ("" if dtype == torch.float32 else f" | {dtype}")

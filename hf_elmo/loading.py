@@ -22,7 +22,7 @@ import torch
 
 from .bundled import BUNDLED_MODELS, bundled_model_path
 from .configuration_elmo import ElmoConfig
-from .errors import JsonFields, first_line, read_json_file
+from .errors import JsonFields, first_line
 from .model_names import is_path_only, original_checkpoint
 from .modeling_elmo import AUTO_CLASSES, ElmoHeadModel, ElmoModel, ElmoPreTrainedModel
 from .tokenization_elmo import TOKENIZER_CONFIG_FILE, ElmoTokenizer, check_tokenizer
@@ -84,7 +84,7 @@ def check_model_folder(folder: Path, name: str) -> None:
     if not config_file.exists():
         raise ValueError(original_checkpoint(str(folder)) or f"{name} is not an hf_elmo model folder (no config.json)")
     fix = "copy or download the model folder again"
-    model_type = JsonFields(read_json_file(config_file, fix), config_file, fix).data.get("model_type")
+    model_type = JsonFields.of_file(config_file, fix).data.get("model_type")
     if model_type != "elmo":
         raise ValueError(f"{name} is not an hf_elmo model folder (model_type {model_type!r})")
     pickled = sorted(path.name for path in folder.glob(PICKLED_WEIGHTS))

@@ -723,7 +723,7 @@ def read_run_text(path: Path) -> dict[str, list[dict]]:
     type.
     """
     fix = "pass --overwrite_output_dir without --resume to start over"
-    record = JsonFields(read_json_file(path, fix), path, fix)
+    record = JsonFields.of_file(path, fix)
     identity = {}
     for name in TEXT_FLAGS:
         identity[name] = record.take(name, list)

@@ -26,7 +26,7 @@ from transformers import pipeline
 from transformers.utils import logging
 
 from .bundled import bundled_model_path
-from .errors import JsonFields, read_json_file
+from .errors import JsonFields
 from .folders import create_exclusively
 from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoModel
@@ -269,7 +269,7 @@ def read_sense_counts(folder: str | os.PathLike) -> dict[str, dict[str, int]]:
     if not path.exists():
         return {}
     fix = "copy the model folder again, or count anew with examples/nsmc/sense_counts.py"
-    by_file = JsonFields(read_json_file(path, fix), path, fix)
+    by_file = JsonFields.of_file(path, fix)
     totals: dict[str, dict[str, int]] = {}
     for file in by_file.data:
         by_unit = JsonFields(by_file.take(file, dict), path, fix, where=by_file.name(file))

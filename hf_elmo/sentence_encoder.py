@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from transformers.utils import cached_file
 
-from .errors import FileContentError, JsonFields, read_json_file
+from .errors import FileContentError, JsonFields
 from .folder_layout import ENCODER_CONFIG_FILE, SIF_A
 from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoModel
@@ -194,7 +194,7 @@ def read_settings(name_or_path: str | os.PathLike, **hub_kwargs) -> dict:
     if path is None:
         return {}
     fix = "copy or download the model folder again"
-    fields = JsonFields(read_json_file(path, fix), path, fix)
+    fields = JsonFields.of_file(path, fix)
     unknown = sorted(set(fields.data) - set(ElmoSentenceEmbedder.settings_names))
     if unknown:  # each named as a message names a key: one that is no plain name quoted, so that none breaks the line
         names = ", ".join(fields.name(key) for key in unknown)

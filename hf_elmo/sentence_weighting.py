@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from transformers.utils import cached_file
 
-from .errors import FileContentError, JsonFields, first_line, read_json_file
+from .errors import FileContentError, JsonFields, first_line
 from .text_files import read_sentences
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, UNK_TOKEN, ElmoTokenizer
 
@@ -86,7 +86,7 @@ class WordCounts:
         if path is None:
             return None
         fix = "copy or download the model folder again"
-        saved = JsonFields(read_json_file(path, fix), path, fix)
+        saved = JsonFields.of_file(path, fix)
         counts, words = saved.take("counts", list), saved.take("words", int)
         try:
             return cls(counts, words)

@@ -28,7 +28,7 @@ from .alphabet_elmo import (
     CharacterAlphabet,
 )
 from .configuration_elmo import BOOLEAN, MAX_CHARACTERS_PER_TOKEN, Rule, integer
-from .errors import FileContentError, JsonFields, read_json_file
+from .errors import FileContentError, JsonFields, json_object_or_none
 from .korean_morphemes import KoreanMorphemes, installed_versions
 
 logger = logging.get_logger(__name__)
@@ -117,7 +117,7 @@ def read_tokenizer_settings(path: str) -> dict:
     reads (a row of 10^9 characters filled the memory of `embed`).
     """
     fix = "copy or download the model folder again"
-    settings = JsonFields(read_json_file(path, fix), path, fix).data
+    settings = JsonFields.of_file(path, fix).data
     for name, rule in TOKENIZER_FILE_FIELDS.items():
         if name in settings:
             try:
@@ -1088,18 +1088,15 @@ def check_tokenizer(
 def _read_model_config(folder: str) -> dict | None:
     """The ELMo model config (`config.json`) beside a tokenizer's files; None where there is none (a tokenizer saved
     alone) or it is not an ELMo config that can be read, which loading the model itself reports."""
-    try:
-        model_config = read_json_file(os.path.join(folder, CONFIG_NAME), fix="")
-    except FileContentError:
-        return None
-    return model_config if isinstance(model_config, dict) and model_config.get("model_type") == "elmo" else None
+    model_config = json_object_or_none(os.path.join(folder, CONFIG_NAME)) or {}
+    return model_config if model_config.get("model_type") == "elmo" else None
 
 
 def _read_word_input_vocab(path: str) -> dict[str, int]:
     """A word-input vocabulary (JSON object word -> id) with `<oov>` and `<pad>`; anything else is a one-line
     `FileContentError` naming the field."""
     fix = "copy or download the model folder again"
-    vocab = JsonFields(read_json_file(path, fix), path, fix)
+    vocab = JsonFields.of_file(path, fix)
     for word in vocab.data:
         vocab.take(word, int, minimum=0)
     for word in (WORD_INPUT_UNKNOWN, WORD_INPUT_PADDING):
