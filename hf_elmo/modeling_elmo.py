@@ -712,9 +712,9 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"word_input_ids shape {tuple(word_input_ids.shape)} does not match input_ids "
                 f"{tuple(input_ids.shape[:-1])}"
             )
-        path = choose_path(self.config, [], word_input_ids)
-        check_values = ALL_VALUE_CHECKS.get_interface(path, word_input_ids.device, check_ids_in_table)
-        check_values("word_input_ids", word_input_ids, self.config.word_input_vocab_size)
+        check_values(
+            self.config, check_ids_in_table, "word_input_ids", word_input_ids, self.config.word_input_vocab_size
+        )
         return word_input_ids
 
     def forward(
@@ -872,8 +872,7 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"{tuple(input_ids.shape[:2])}"
             )
         mask = valid_positions(input_ids, attention_mask)
-        check_values = ALL_VALUE_CHECKS.get_interface(choose_path(self.config, [], mask), mask.device, check_inputs)
-        check_values(input_ids, mask, self.config.alphabet.table_rows)
+        check_values(self.config, check_inputs, input_ids, mask, self.config.alphabet.table_rows)
         return mask
 
     def _validated_state(self, initial_state, batch_size: int, device) -> tuple[torch.Tensor, torch.Tensor]:
@@ -892,6 +891,13 @@ class ElmoModel(ElmoPreTrainedModel):
                 f"({tuple(hidden.shape)}, {tuple(memory.shape)})"
             )
         return hidden.to(dtype), memory.to(dtype)
+
+
+def check_values(config: ElmoConfig, check: Callable, *values) -> None:
+    """`check(*values)`, a check of input values, where the call runs eagerly; in a traced graph, which cannot raise
+    on values, `ALL_VALUE_CHECKS`'s entry (nothing). The tensors among `values` give the path and the device."""
+    tensors = [value for value in values if isinstance(value, torch.Tensor)]
+    ALL_VALUE_CHECKS.get_interface(choose_path(config, [], *tensors), tensors[0].device, check)(*values)
 
 
 def check_id_tensor(name: str, ids) -> None:
@@ -1157,9 +1163,9 @@ class ElmoHeadModel(ElmoPreTrainedModel):
                 f"word_vector_ids shape {tuple(word_vector_ids.shape)} does not match input_ids "
                 f"{tuple(input_ids.shape[:2])}"
             )
-        path = choose_path(self.config, [], word_vector_ids)
-        check_values = ALL_VALUE_CHECKS.get_interface(path, word_vector_ids.device, check_ids_in_table)
-        check_values("word_vector_ids", word_vector_ids, self.config.word_vector_vocab_size)
+        check_values(
+            self.config, check_ids_in_table, "word_vector_ids", word_vector_ids, self.config.word_vector_vocab_size
+        )
         return word_vector_ids
 
     def _encode(
