@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from utils import FLOAT32_TOLERANCE, min_cosine, require, tiny_config, word_vocab_tokenizer
+from utils import FLOAT32_TOLERANCE, min_cosine, require, scan_compiled_afresh, tiny_config, word_vocab_tokenizer
 
 from hf_elmo import (
     ElmoForPreTraining,
@@ -226,9 +226,7 @@ def test_the_export_formulation_equals_the_model(kind, config, monkeypatch):
             parameter.normal_(0.0, 0.5)
     tokenizer = ElmoTokenizer(20)
     forward = ElmoForOnnx(model).eval()
-    # Run eagerly, the scan compiles its step: a step an earlier test compiled for other clip values would make the
-    # clips symbolic floats, which the scan refuses (as `utils.run_on_path` says; a traced export is not affected).
-    torch.compiler.reset()
+    scan_compiled_afresh()  # the graph's code is run eagerly below
     for batch in BATCHES[1:]:
         encoding = tokenizer(batch, is_split_into_words=True, padding=True, return_tensors="pt")
         inputs = {name: encoding[name] for name in forward.input_names if name in encoding}

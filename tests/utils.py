@@ -344,6 +344,13 @@ def spy_on_kernels(monkeypatch) -> list[str]:
     return calls
 
 
+def scan_compiled_afresh() -> None:
+    """Forgets the steps compiled before: run eagerly, the "exported" path's scan compiles its step, and a step
+    compiled before for other clip values would make the clips symbolic floats, which the scan refuses (a traced
+    export compiles nothing: it is not affected). Call it before running that path eagerly."""
+    torch.compiler.reset()
+
+
 def run_on_path(model, path, monkeypatch, **inputs):
     """
     `model(**inputs)` with every choice of the call on `path`, one of `kernels_elmo.PATHS`, taken as on a CPU:
@@ -359,10 +366,8 @@ def run_on_path(model, path, monkeypatch, **inputs):
         patch.setattr(torch.compiler, "is_exporting", lambda: path == "exported")
         patch.setattr(torch.compiler, "is_compiling", lambda: path in ("exported", "compiled"))
         if path == "exported" and getattr(run_on_path, "compiled_in", None) is not monkeypatch:
-            # Run eagerly, the scan compiles its step; a step compiled before for other clip values would make the
-            # clips symbolic floats, which the scan refuses (a traced export compiles nothing: it is not affected).
             # Once per test (its `monkeypatch`), whose calls share a model: every batch need not compile again.
-            torch.compiler.reset()
+            scan_compiled_afresh()
             run_on_path.compiled_in = monkeypatch
         with torch.set_grad_enabled(path == "training"):
             output = model(**inputs)
