@@ -373,7 +373,8 @@ def local_representation_layers(model: str) -> int | None:
     if folder is None:
         return None
     n_layers = (json_object_or_none(folder / "config.json") or {}).get("n_layers")
-    return n_layers + 1 if isinstance(n_layers, int) else None
+    # A bool is an int to Python; `"n_layers": true` is a damaged config, which the loader refuses.
+    return n_layers + 1 if isinstance(n_layers, int) and not isinstance(n_layers, bool) else None
 
 
 def local_inputs(args: argparse.Namespace) -> list[Path]:

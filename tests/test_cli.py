@@ -260,6 +260,21 @@ def test_embed_options_that_cannot_apply_are_answered_before_anything_loads(mode
     assert sorted(path.name for path in tmp_path.iterdir()) == ["in.txt"]
 
 
+def test_mix_weights_are_not_counted_against_a_damaged_layer_count(model_dir, tmp_path, capsys):
+    """`"n_layers": true` is no count (a bool is an int to Python): `--mix` is not held to it, and the loader names the
+    damaged field instead of "--mix needs 2 weights"."""
+    damaged = tmp_path / "model"
+    shutil.copytree(model_dir, damaged)
+    config = json.loads((damaged / "config.json").read_text())
+    (damaged / "config.json").write_text(json.dumps({**config, "n_layers": True}))
+    text = tmp_path / "in.txt"
+    text.write_text("the cat\n", encoding="utf-8")
+    assert hf_elmo.command_line.local_representation_layers(str(damaged)) is None
+    assert main(["embed", str(damaged), str(text), str(tmp_path / "out.h5"), "--mix", "1,2,3"]) == 1
+    assert "n_layers must be an integer >= 1, got True" in capsys.readouterr().err
+    assert not (tmp_path / "out.h5").exists()
+
+
 def test_embed_all_matches_model_in_allennlp_layout(model_dir, model, tmp_path):
     lines = ["the cat sat", "", "  a dog  ", "été " * 30, "the cat sat"]  # an empty line, a long line, a repeat
     (tmp_path / "in.txt").write_text("\n".join(lines) + "\n", encoding="utf-8")
