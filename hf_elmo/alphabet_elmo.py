@@ -20,7 +20,7 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from .errors import FileContentError, JsonFields
+from .errors import FileContentError, JsonFields, is_integer
 
 # Shift of every id in a row: 0 is reserved for "no character" (rows of padded positions are all zeros).
 ID_SHIFT = 1
@@ -76,9 +76,9 @@ class CharacterAlphabet:
             if self.size != BYTE_ALPHABET_SIZE or self.markers != BYTE_MARKERS or self.symbols is not None:
                 raise ValueError("the byte alphabet is fixed: 261 ids, bilm-tf's markers, no symbols")
             return
-        missing = [role for role in MARKER_ROLES if not isinstance(self.markers.get(role), int)]
+        missing = [role for role in MARKER_ROLES if not is_integer(self.markers.get(role))]
         if missing:
-            raise ValueError(f"a character vocabulary needs an id for each marker; missing {missing}")
+            raise ValueError(f"a character vocabulary needs an integer id for each marker; none for {missing}")
         if any(not 0 <= self.markers[role] < self.size for role in MARKER_ROLES):
             raise ValueError(f"a marker id is outside the character vocabulary (0..{self.size - 1}): {self.markers}")
         if self.symbols is not None and sorted(self.symbols.values()) != list(range(self.size)):

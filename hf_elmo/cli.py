@@ -335,7 +335,7 @@ def main(argv=None, prog: str = "hf-elmo") -> int:
 def parse_and_run(argv, prog: str) -> int:
     """`main`'s work, inside its handler: the command line parsed (or answered) and the command run."""
     parsed = parse_command(argv, prog)
-    return parsed if isinstance(parsed, int) else COMMANDS[parsed[0]](parsed[1])
+    return COMMANDS[parsed[0]](parsed[1]) if isinstance(parsed, tuple) else parsed
 
 
 if __name__ == "__main__":

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import NamedTuple
 
-from .errors import json_object_or_none
+from .errors import is_integer, json_object_or_none
 from .folders import replacing_problem
 from .model_names import is_path_only, local_model_folder, original_checkpoint
 from .text_files import unreadable_reason
@@ -373,8 +373,7 @@ def local_representation_layers(model: str) -> int | None:
     if folder is None:
         return None
     n_layers = (json_object_or_none(folder / "config.json") or {}).get("n_layers")
-    # A bool is an int to Python; `"n_layers": true` is a damaged config, which the loader refuses.
-    return n_layers + 1 if isinstance(n_layers, int) and not isinstance(n_layers, bool) else None
+    return n_layers + 1 if is_integer(n_layers) else None  # `"n_layers": true` is no count: the loader refuses it
 
 
 def local_inputs(args: argparse.Namespace) -> list[Path]:

@@ -10,7 +10,6 @@ import dataclasses
 import difflib
 import functools
 import inspect
-import numbers
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -18,7 +17,7 @@ from transformers import GenerationConfig, PreTrainedConfig
 from transformers.utils import is_torch_available, logging
 
 from .alphabet_elmo import CharacterAlphabet
-from .errors import JsonFields
+from .errors import JsonFields, is_integer, is_number
 
 ORIGINAL_FILTERS = [[1, 32], [2, 32], [3, 64], [4, 128], [5, 256], [6, 512], [7, 1024]]
 # "auto": the fast kernels of `kernels_elmo` where they apply; "reference": the reference code only.
@@ -54,16 +53,6 @@ class Rule(NamedTuple):
         if not self.accepts(value):
             raise ValueError(f"{name} must be {self.allowed}, got {value!r}")
         return self.stored(value)
-
-
-def is_integer(value: Any) -> bool:
-    """An int (numpy's too), not a bool."""
-    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
-
-
-def is_number(value: Any) -> bool:
-    """An int or a float (numpy's too), not a bool."""
-    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 def integer(minimum: int, maximum: int | None = None) -> Rule:

@@ -12,6 +12,7 @@ taken; what does not hold is a [`FileContentError`] of one line naming the file 
 
 import errno
 import math
+import numbers
 import os
 import sys
 
@@ -52,6 +53,18 @@ KIND_NAMES = {
     dict: "an object",
     type(None): "null",
 }
+
+
+def is_integer(value) -> bool:
+    """A whole number as an argument or a field may hold one: an int, numpy's too, and never a bool (Python counts
+    `True` as the int 1, so `isinstance(True, int)`; a `true` in a JSON file or a flag passed by mistake is no count).
+    Every integer check of the package is this one (a test holds `isinstance(..., int)` to it)."""
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def is_number(value) -> bool:
+    """A real number: an int or a float, numpy's too, never a bool (as [`is_integer`])."""
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
 
 
 class FileContentError(ValueError):
@@ -122,7 +135,7 @@ def describe_value(value) -> str:
     """A JSON value as a message names it: its kind, and the value itself where it is short."""
     if isinstance(value, bool) or value is None:
         return json_text(value)
-    if isinstance(value, (int, float)):
+    if is_number(value):
         return f"the number {json_text(value)}"
     if isinstance(value, str):
         return f"the string {json_text(value)}"
@@ -180,7 +193,7 @@ class JsonFields:
         expected = " or ".join(KIND_NAMES[kind] for kind in kinds)
         if not any(is_of_kind(value, kind) for kind in kinds):
             raise self.error(f"{self.name(key)} is {describe_value(value)}, not {expected}")
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
+        if is_number(value):
             too_low, too_high = minimum is not None and value < minimum, maximum is not None and value > maximum
             if not math.isfinite(value) or too_low or too_high:  # JSON as Python reads it has NaN and Infinity
                 raise self.error(
@@ -203,9 +216,9 @@ def bounds(minimum, maximum) -> str:
 def is_of_kind(value, kind) -> bool:
     """Whether the JSON value `value` is of the Python type `kind`, as `KIND_NAMES` names them."""
     if kind is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
+        return is_number(value)
     if kind is int:
-        return isinstance(value, int) and not isinstance(value, bool)
+        return is_integer(value)
     return isinstance(value, kind)
 
 
@@ -276,4 +289,4 @@ def run_entry_point(main, *args, prog: str | None = None) -> int:
         if not getattr(error, "quiet", False):
             print(f"{prog}: error: {message}", file=sys.stderr)
         return code
-    return status if isinstance(status, int) and not isinstance(status, bool) else 0
+    return status if is_integer(status) else 0

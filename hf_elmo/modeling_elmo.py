@@ -20,6 +20,7 @@ from transformers.utils import ModelOutput
 
 from .configuration_elmo import ElmoConfig
 from .crf_elmo import ConditionalRandomField, allowed_transitions
+from .errors import is_integer
 from .folder_layout import (
     QUESTION_ANSWERING_PIPELINE_FILE,
     SENTENCE_TRANSFORMERS_MODULE,
@@ -1651,7 +1652,7 @@ class ElmoForPreTraining(ElmoPreTrainedModel):
             negatives = None
             if self.training:
                 num_sampled = self.config.n_negative_samples
-                if not isinstance(num_sampled, int) or num_sampled < 1:
+                if not is_integer(num_sampled) or num_sampled < 1:
                     raise ValueError("training ElmoForPreTraining needs config.n_negative_samples (an int >= 1)")
                 negatives = sample_log_uniform(num_sampled, self.softmax.out_features, labels.device)
             # A padded position's backward state must not predict the last word of its row.

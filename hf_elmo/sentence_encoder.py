@@ -17,7 +17,7 @@ from collections.abc import Iterable, Sequence
 import torch
 from transformers.utils import cached_file
 
-from .errors import FileContentError, JsonFields
+from .errors import FileContentError, JsonFields, is_integer
 from .folder_layout import ENCODER_CONFIG_FILE, SIF_A
 from .loading import load_model_and_tokenizer
 from .modeling_elmo import ElmoModel
@@ -79,7 +79,7 @@ class ElmoSentenceEmbedder(torch.nn.Module):
         if layer_weights is not None and len(layer_weights) != config.num_representation_layers:
             layers = config.num_representation_layers
             raise ValueError(f"layer_weights needs {layers} values, one per layer, got {len(layer_weights)}")
-        if max_seq_length is not None and not (isinstance(max_seq_length, int) and max_seq_length >= 3):
+        if max_seq_length is not None and not (is_integer(max_seq_length) and max_seq_length >= 3):
             raise ValueError(f"max_seq_length must be a whole number >= 3 (<S>, a word, </S>), got {max_seq_length!r}")
         if sif_a is not None and not sif_a > 0:
             raise ValueError(f"sif_a must be a number > 0 (or None for equal weights), got {sif_a!r}")
@@ -172,7 +172,7 @@ class ElmoSentenceEmbedder(torch.nn.Module):
         (`from_pretrained` gives it in eval mode).
         """
         texts = self.checked_texts(texts)
-        if not (isinstance(batch_size, int) and batch_size >= 1):
+        if not (is_integer(batch_size) and batch_size >= 1):
             raise ValueError(f"batch_size must be a whole number >= 1, got {batch_size!r}")
         if not texts:
             return torch.zeros(0, self.model.config.hidden_size, device=self.model.device)

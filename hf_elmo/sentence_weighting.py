@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from transformers.utils import cached_file
 
-from .errors import FileContentError, JsonFields, first_line
+from .errors import FileContentError, JsonFields, first_line, is_integer
 from .text_files import read_sentences
 from .tokenization_elmo import BOS_TOKEN, EOS_TOKEN, UNK_TOKEN, ElmoTokenizer
 
@@ -46,7 +46,7 @@ class WordCounts:
         counts = np.asarray(counts)
         if counts.ndim != 1 or counts.dtype.kind not in "iu" or (counts < 0).any():
             raise ValueError("counts must be a list of whole numbers >= 0, one per word-vocabulary id")
-        if not isinstance(words, int) or words < counts.sum():
+        if not is_integer(words) or words < counts.sum():
             raise ValueError(f"words must be a whole number at least the sum of the counts, got {words!r}")
         self.counts = counts.astype(np.int64)
         self.words = words
@@ -158,7 +158,7 @@ def reference_directions(vectors: torch.Tensor, count: int) -> tuple[torch.Tenso
     """
     if vectors.dim() != 2 or len(vectors) < 2:
         raise ValueError(f"vectors must be (n, dim) with n >= 2, got shape {tuple(vectors.shape)}")
-    if not isinstance(count, int) or not 1 <= count <= min(vectors.shape):
+    if not is_integer(count) or not 1 <= count <= min(vectors.shape):
         raise ValueError(f"count must be a whole number from 1 to {min(vectors.shape)}, got {count!r}")
     matrix = vectors.detach().to(torch.float64)
     mean = matrix.mean(dim=0)

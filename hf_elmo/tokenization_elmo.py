@@ -28,7 +28,7 @@ from .alphabet_elmo import (
     CharacterAlphabet,
 )
 from .configuration_elmo import BOOLEAN, MAX_CHARACTERS_PER_TOKEN, Rule, integer
-from .errors import FileContentError, JsonFields, json_object_or_none
+from .errors import FileContentError, JsonFields, is_integer, json_object_or_none
 from .korean_morphemes import KoreanMorphemes, installed_versions
 
 logger = logging.get_logger(__name__)
@@ -389,9 +389,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         `skip_special_tokens` drops the markers and padding.
         """
         ids = _to_list(ids)  # a tensor's element is a 0-d tensor, not an int
-        if isinstance(ids, int):
-            if ids not in self._symbol_by_id:
-                raise ValueError(f"{ids} is not a character id (0..{self.vocab_size - 1})")
+        if not isinstance(ids, (list, tuple)):
+            self._check_character_id(ids)
             return self._symbol_by_id[ids]
         markers = {marker + ID_SHIFT for marker in self.alphabet.markers.values()} | {0}
         if self.alphabet.learned:
@@ -399,8 +398,14 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         return [
             self.convert_ids_to_tokens(i, skip_special_tokens)
             for i in ids
-            if not (skip_special_tokens and isinstance(i, int) and i in markers)
+            if not (skip_special_tokens and is_integer(i) and i in markers)
         ]
+
+    def _check_character_id(self, value) -> None:
+        """A one-line `ValueError` unless `value` is a character id: an integer (never a bool or a float, which a dict
+        lookup would take for one: `True == 1`, `5.0 == 5`) that names a character of this tokenizer."""
+        if not (is_integer(value) and value in self._symbol_by_id):
+            raise ValueError(f"{value!r} is not a character id (0..{self.vocab_size - 1})")
 
     def save_vocabulary(self, save_directory: str, filename_prefix: str | None = None) -> tuple[str, ...]:
         """Writes the word vocabulary, the learned character vocabulary and the word-input vocabulary (any held)."""
@@ -822,9 +827,9 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
             return self.decode([token_ids], skip_special_tokens)
         if depth != 2:
             raise ValueError("decode takes a row of character ids, a sequence of rows, or a batch of sequences")
-        unknown = next((i for row in token_ids for i in row if i not in self._symbol_by_id), None)
-        if unknown is not None:  # as convert_ids_to_tokens refuses it; a learned alphabet has no character for it
-            raise ValueError(f"{unknown!r} is not a character id (0..{self.vocab_size - 1})")
+        for row in token_ids:  # as convert_ids_to_tokens refuses it; a learned alphabet has no character for it
+            for i in row:
+                self._check_character_id(i)
         words = []
         for row in token_ids:
             if not any(row):
@@ -919,9 +924,7 @@ def _refuse_string_labels(data: dict) -> None:
 def _padding_strategy(padding, pad_to_multiple_of) -> PaddingStrategy:
     """transformers' `padding` argument as its strategy (`True`: "longest"), checked with `pad_to_multiple_of`:
     a one-line `ValueError` for a strategy transformers does not name, or a multiple below 1."""
-    if pad_to_multiple_of is not None and (
-        not isinstance(pad_to_multiple_of, int) or isinstance(pad_to_multiple_of, bool) or pad_to_multiple_of < 1
-    ):
+    if pad_to_multiple_of is not None and (not is_integer(pad_to_multiple_of) or pad_to_multiple_of < 1):
         raise ValueError(f"pad_to_multiple_of must be an integer of at least 1, got {pad_to_multiple_of!r}")
     if padding is True:
         return PaddingStrategy.LONGEST
@@ -1071,7 +1074,7 @@ def check_tokenizer(
         disagreements.append("word inputs" if field("word_input_vocab_size") is None else "no word inputs")
     elif tokenizer.word_input_vocab is not None:
         largest, rows = max(tokenizer.word_input_vocab.values()), field("word_input_vocab_size")
-        if isinstance(rows, int) and largest >= rows:  # a config.json read raw is checked when the model loads
+        if is_integer(rows) and largest >= rows:  # a config.json read raw is checked when the model loads
             disagreements.append(f"word-input ids up to {largest:,} (the config's word inputs: {rows:,})")
     if tokenizer.word_vector_ids and tokenizer.word_vocab_size != field("word_vector_vocab_size"):
         disagreements.append(

@@ -147,12 +147,15 @@ def test_the_byte_alphabet_refuses_each_change(field):
 
 
 def test_marker_ids_of_a_learned_alphabet_are_within_it():
-    """Marker ids 0 and `size - 1` are in the vocabulary; a missing role, `size` and -1 are refused, each saying so."""
+    """Marker ids 0 and `size - 1` are in the vocabulary; a missing role, a bool, `size` and -1 are refused, each
+    saying so."""
     markers = dict(zip(MARKER_ROLES, (0, 1, 2, 3, 4, 6)))
     assert CharacterAlphabet(learned=True, size=7, markers=markers).markers == markers
     without_unknown = {role: markers[role] for role in MARKER_ROLES[:-1]}
-    with refused(ValueError, "a character vocabulary needs an id for each marker; missing ['unknown']"):
+    with refused(ValueError, "a character vocabulary needs an integer id for each marker; none for ['unknown']"):
         CharacterAlphabet(learned=True, size=7, markers=without_unknown)
+    with refused(ValueError, "a character vocabulary needs an integer id for each marker; none for ['padding']"):
+        CharacterAlphabet(learned=True, size=7, markers={**markers, "padding": True})  # `true` in a config is no id
     for outside in (7, -1):
         bad = {**markers, "padding": outside}
         with refused(ValueError, f"a marker id is outside the character vocabulary (0..6): {bad}"):
@@ -171,7 +174,7 @@ def test_from_config_shares_one_alphabet_per_size_and_markers():
     assert alphabet == CharacterAlphabet(learned=True, size=8, markers=markers)
     assert CharacterAlphabet.from_config(ElmoConfig(char_vocab_size=8, char_markers=dict(markers))) is alphabet
     unhashable = PretrainedConfig(char_vocab_size=8, char_markers={**markers, "padding": [4]})
-    with refused(ValueError, "a character vocabulary needs an id for each marker; missing ['padding']"):
+    with refused(ValueError, "a character vocabulary needs an integer id for each marker; none for ['padding']"):
         CharacterAlphabet.from_config(unhashable)
 
 

@@ -3,6 +3,7 @@
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from utils import FLOAT32_TOLERANCE, require, save_with_word_counts
@@ -61,6 +62,8 @@ def test_a_vector_does_not_depend_on_its_batch(set_folder):
     embedder = ElmoSentenceEmbedder.from_pretrained(set_folder)
     one_by_one = embedder.encode(TEXTS, batch_size=1)
     torch.testing.assert_close(embedder.encode(TEXTS, batch_size=4), one_by_one, atol=FLOAT32_TOLERANCE, rtol=0)
+    halves = embedder.encode(TEXTS, batch_size=np.int64(len(TEXTS)) // 2)  # numpy's integers are whole numbers too
+    torch.testing.assert_close(halves, one_by_one, atol=FLOAT32_TOLERANCE, rtol=0)
     torch.testing.assert_close(embedder.encode(TEXTS[::-1]).flip(0), one_by_one, atol=FLOAT32_TOLERANCE, rtol=0)
 
 
@@ -101,6 +104,7 @@ def test_the_bundled_biLM_gives_the_vector_of_its_sentence_transformers_folder()
         (["a", 3], 8, r"^ElmoSentenceEmbedder embeds texts \(str\), one per input, got int$"),
         (None, 8, r"^ElmoSentenceEmbedder embeds a list of texts, got NoneType$"),
         (["a"], 0, r"^batch_size must be a whole number >= 1, got 0$"),
+        (["a"], True, r"^batch_size must be a whole number >= 1, got True$"),  # Python's int 1, a flag by mistake
     ],
 )
 def test_bad_input_is_one_line(set_folder, texts, batch_size, message):

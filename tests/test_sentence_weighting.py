@@ -4,6 +4,7 @@ import gzip
 import json
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 from utils import FLOAT32_TOLERANCE
@@ -102,6 +103,9 @@ def test_reference_directions_are_the_mean_and_the_principal_directions_of_the_c
     torch.testing.assert_close(again_mean, -mean, atol=FLOAT32_TOLERANCE, rtol=0)
     with pytest.raises(ValueError, match=r"count must be a whole number from 1 to 6, got 7"):
         reference_directions(vectors, 7)
+    with pytest.raises(ValueError, match=r"count must be a whole number from 1 to 6, got True"):
+        reference_directions(vectors, True)
+    torch.testing.assert_close(reference_directions(vectors, np.int64(2))[1], directions, atol=0, rtol=0)
     with pytest.raises(ValueError, match=r"\(n, dim\) with n >= 2"):
         reference_directions(vectors[:1], 1)
 

@@ -134,6 +134,7 @@ def test_truncation_of_pairs_keeps_what_transformers_keeps():
         ({"padding": "longer"}, "longer is not a valid PaddingStrategy"),
         ({"padding": True, "pad_to_multiple_of": 0}, "^pad_to_multiple_of must be an integer of at least 1, got 0$"),
         ({"padding": True, "pad_to_multiple_of": -8}, "got -8$"),
+        ({"padding": True, "pad_to_multiple_of": True}, "got True$"),
         ({"truncation": "only_last", "max_length": 4}, "only_last is not a valid TruncationStrategy"),
     ],
 )
@@ -432,9 +433,14 @@ def test_decoding_an_id_that_is_no_character_is_one_line(tmp_path, learned):
     tokenizer = learned_tokenizer(tmp_path) if learned else ElmoTokenizer(max_characters_per_token=5)
     row = tokenizer(["abc"], is_split_into_words=True)["input_ids"][1]
     assert tokenizer.decode([row]) == "abc"
-    for bad in (tokenizer.vocab_size, -1):
-        with pytest.raises(ValueError, match=rf"^{bad} is not a character id \(0\.\.{tokenizer.vocab_size - 1}\)$"):
+    last = tokenizer.vocab_size - 1
+    # A bool and a float are no ids, though a dict lookup takes `True` for 1 and `5.0` for 5.
+    for bad in (tokenizer.vocab_size, -1, True, float(row[1])):
+        with pytest.raises(ValueError, match=rf"^{bad!r} is not a character id \(0\.\.{last}\)$"):
             tokenizer.decode([row, [bad] * len(row)])
+        with pytest.raises(ValueError, match=rf"^{bad!r} is not a character id \(0\.\.{last}\)$"):
+            tokenizer.convert_ids_to_tokens(bad)
+    assert tokenizer.convert_ids_to_tokens(np.int64(row[1])) == tokenizer.convert_ids_to_tokens(row[1])
 
 
 def test_learned_tokenizer_pads_saves_and_loads(tmp_path):

@@ -1,0 +1,55 @@
+"""`hf_elmo.errors`' number checks: what every argument and field check of the package counts as an integer."""
+
+import ast
+import fractions
+
+import numpy as np
+import pytest
+from utils import PROJECT_ROOT
+
+from hf_elmo.errors import is_integer, is_number
+
+
+@pytest.mark.parametrize(
+    ("value", "integer", "number"),
+    [
+        (3, True, True),
+        (np.int64(3), True, True),
+        (np.uint8(3), True, True),
+        (True, False, False),  # Python counts a bool as an int; no count is a bool
+        (np.bool_(True), False, False),
+        (3.0, False, True),
+        (np.float32(3), False, True),
+        (fractions.Fraction(1, 3), False, True),
+        ("3", False, False),
+        (None, False, False),
+        (3 + 0j, False, False),
+    ],
+)
+def test_an_integer_is_no_bool_and_numpy_scalars_count(value, integer, number):
+    assert (is_integer(value), is_number(value)) == (integer, number)
+
+
+def test_every_number_check_of_the_package_is_is_integer_or_is_number():
+    """`isinstance(x, int)` takes `True` for 1: each check that did (`embed --mix` against `"n_layers": true`,
+    `encode(batch_size=True)`, `decode` of a bool or a float id) took a bool for a count or an id. `isinstance` with
+    `int`, `float` or `numbers` appears in the package only inside the two checks."""
+    found = []
+    for module in sorted((PROJECT_ROOT / "hf_elmo").rglob("*.py")):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        owner = {
+            node: function.name
+            for function in ast.walk(tree)
+            if isinstance(function, ast.FunctionDef)
+            for node in ast.walk(function)
+        }
+        for node in ast.walk(tree):
+            if not (
+                isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2
+            ):
+                continue
+            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
+            names = {getattr(kind, "id", None) for kind in kinds} | {getattr(kind, "attr", None) for kind in kinds}
+            if names & {"int", "float", "Integral", "Real", "Number"}:
+                found.append((module.relative_to(PROJECT_ROOT).as_posix(), owner.get(node)))
+    assert sorted(set(found)) == [("hf_elmo/errors.py", "is_integer"), ("hf_elmo/errors.py", "is_number")]
