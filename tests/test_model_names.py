@@ -2,7 +2,7 @@
 
 import pytest
 
-from hf_elmo.model_names import BUNDLED_DIR, is_path_only, local_model_folder
+from hf_elmo.model_names import BUNDLED_DIR, is_path_only, local_model_folder, original_checkpoint
 
 
 @pytest.mark.parametrize(
@@ -29,3 +29,26 @@ def test_local_model_folder_prefers_the_path_then_a_bundled_model(tmp_path, monk
     assert local_model_folder("ko-nsmc").resolve() == (tmp_path / "ko-nsmc").resolve()
     for name in ("someone/elmo", "./missing", "no-such-bundled-model", "bundled"):
         assert local_model_folder(name) is None, name
+
+
+def test_an_original_checkpoint_is_a_folder_of_options_and_weights_without_a_config(tmp_path):
+    """`options.json` and a `.hdf5` make an original checkpoint, named with the `hf-elmo convert` that makes a model
+    folder of it; a folder that also holds `config.json` is a model folder, and a file or a folder missing either part
+    is neither (the loader says what it is)."""
+    folder = tmp_path / "elmo"
+    folder.mkdir()
+    (folder / "options.json").write_text("{}")
+    assert original_checkpoint(str(folder)) is None  # no weights
+    (folder / "weights.hdf5").write_bytes(b"")
+    assert original_checkpoint(str(folder)) == (
+        f"{folder} holds an original (bilm-tf) checkpoint, not an hf_elmo model folder: convert it with hf-elmo "
+        f"convert --options-file {folder / 'options.json'} --weight-file {folder / 'weights.hdf5'} "
+        f"--output-dir {folder}-hf"
+    )
+    (folder / "config.json").write_text("{}")
+    assert original_checkpoint(str(folder)) is None  # a model folder with an export beside its files
+    (folder / "config.json").unlink()
+    (folder / "options.json").unlink()
+    (folder / "options.json").mkdir()
+    assert original_checkpoint(str(folder)) is None
+    assert original_checkpoint(str(folder / "weights.hdf5")) is None

@@ -2,8 +2,10 @@
 huggingface_hub's real client to the stand-in Hub (`hub_stand_in.py`), loading by id where hf_elmo is not installed;
 its failures in one line."""
 
+import errno
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -15,7 +17,7 @@ from utils import FLOAT32_TOLERANCE, load_without_hf_elmo, save_with_word_counts
 
 from hf_elmo import ElmoForPreTraining, ElmoModel, bundled_model_path
 from hf_elmo.errors import CommandError
-from hf_elmo.publishing import publish_folder
+from hf_elmo.publishing import publish_folder, upload_error_line
 
 REVIEWS = ["정말 재미있고 감동적인 영화였어요", "시간 낭비, 돈 아깝다"]
 CODE_FILES = {"configuration_elmo.py", "modeling_elmo.py", "tokenization_elmo.py", "korean_morphemes.py"}
@@ -118,3 +120,27 @@ def test_publish_failures_are_one_line(stand_in_hub, tmp_path, monkeypatch):
     ):
         publish_folder("ko-nsmc", "someone/elmo")
     assert stand_in_hub.commits == {}
+
+
+def test_an_upload_error_is_its_first_line_and_the_hubs_reason_once():
+    """huggingface_hub puts the Hub's reason on a later line of an HTTP error (`server_message`); an error of the
+    upload that is no HTTP error (a file that cannot be read, a connection cut) has none. The errors here stand in
+    for the Hub's answers, which cannot come here."""
+
+    class HubError(Exception):
+        def __init__(self, message, server_message):
+            super().__init__(message)
+            self.server_message = server_message
+
+    status = "400 Client Error: Bad Request for url: http://hub/api/models/elmo/commit/main"
+    assert upload_error_line(HubError(f"{status}\n\nBad request: no namespace", "Bad request: no namespace\n")) == (
+        f"{status} Bad request: no namespace"
+    )
+    assert upload_error_line(HubError("409 Conflict: a commit is in progress", "a commit is in progress")) == (
+        "409 Conflict: a commit is in progress"
+    )
+    assert upload_error_line(HubError(status, None)) == status
+    assert (
+        upload_error_line(OSError(errno.EIO, os.strerror(errno.EIO)))
+        == f"[Errno {errno.EIO}] {os.strerror(errno.EIO)}"
+    )

@@ -1,11 +1,14 @@
 """The line reader shared by `hf-elmo embed` and pre-training: plain and gzip files, bad bytes, shards."""
 
+import errno
 import gzip
+import io
 import os
 
 import pytest
 from utils import unreadable
 
+import hf_elmo.text_files
 from hf_elmo.text_files import TextFileError, UndecodableLine, count_lines, read_lines, read_sentences
 
 TEXT = b"the cat\n\n  sat \xff on \n the mat\n"
@@ -102,3 +105,21 @@ def test_a_file_without_read_permission_is_refused_naming_the_permission(tmp_pat
     unreadable(monkeypatch, path)
     with pytest.raises(TextFileError, match=f"^cannot read {path}: Permission denied$"):
         list(read_lines(path))
+
+
+def test_a_read_error_after_the_file_opened_names_the_systems_reason(tmp_path, monkeypatch):
+    """A disk that fails mid-file (which cannot happen here on purpose: the file object stands in for it) is the
+    system's reason in one line, as a file that cannot be opened is, after the lines read before it."""
+    path = tmp_path / "in.txt"
+    path.write_bytes(b"first line\nsecond line\n")
+
+    class FailingDisk(io.BytesIO):
+        def __iter__(self):
+            yield b"first line\n"
+            raise OSError(errno.EIO, os.strerror(errno.EIO))
+
+    monkeypatch.setattr(hf_elmo.text_files, "open", lambda *_: FailingDisk(b"first line\n"), raising=False)
+    lines = read_lines(path)
+    assert next(lines) == (0, "first line")
+    with pytest.raises(TextFileError, match=rf"^cannot read {path}: {os.strerror(errno.EIO)}$"):
+        next(lines)
