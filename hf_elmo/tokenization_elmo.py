@@ -46,6 +46,11 @@ PRE_TOKENIZERS = {
     "bert": pre_tokenizers.BertPreTokenizer,
     "korean_morphemes": KoreanMorphemes,
 }
+# U+001C..U+001F (the information separators) are whitespace to Python's `str.split`, which bilm-tf, AllenNLP, `hf-elmo
+# embed` and the learned alphabet split words with, and the only characters that are not to the pre-tokenizers above
+# (Unicode's White_Space, which keeps them inside a word). Each is read as a space, one character for one, so that the
+# spans stay those of the text.
+SEPARATORS_AS_SPACES = str.maketrans(dict.fromkeys(map(chr, range(0x1C, 0x20)), " "))
 
 
 # The settings a tokenizer is made with and saves in `tokenizer_config.json`, and what each must be: checked when the
@@ -449,6 +454,7 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         """A raw string's units, their spans and their words (each unit its own; a Korean morpheme its eojeol's)."""
         if not isinstance(text, str):
             raise TypeError(f"text must be a str, got {type(text).__name__}")
+        text = text.translate(SEPARATORS_AS_SPACES)
         if isinstance(self._splitter, KoreanMorphemes):
             morphemes = self._splitter.analyse(text)
             return Sentence([m[0] for m in morphemes], [m[1] for m in morphemes], [m[2] for m in morphemes])
@@ -599,6 +605,8 @@ class ElmoTokenizer(PreTrainedTokenizerBase):
         if not isinstance(text, Sequence) or isinstance(text, bytes):
             raise TypeError(f"{name} must be a str or a list, got {type(text).__name__}")
         if len(text) == 0:
+            if is_split_into_words:  # a sentence of no words (a blank line's `split()`), as transformers reads `[]`
+                return False, [Sentence([], [], [])]
             raise ValueError("cannot encode an empty batch")
         if not is_split_into_words:
             return True, [self._split(t) for t in text]

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 import torch
 from transformers import AutoTokenizer, DataCollatorWithPadding, pipeline
-from utils import tiny_config, word_vocab_tokenizer
+from utils import require, tiny_config, word_vocab_tokenizer
 
 from hf_elmo import ElmoTokenizer, bundled_model_path
 from hf_elmo.tokenization_elmo import check_tokenizer, word_start_positions
@@ -220,8 +220,7 @@ def test_convert_ids_to_tokens_takes_tensors_and_arrays_as_lists():
 @pytest.mark.parametrize(
     "call, error, message",
     [
-        (lambda t: t([], is_split_into_words=True), ValueError, "empty batch"),
-        (lambda t: t([]), ValueError, "empty batch"),
+        (lambda t: t([]), ValueError, "^cannot encode an empty batch$"),
         (lambda t: t([["a", 3]], is_split_into_words=True), TypeError, "a word must be a str"),
         (lambda t: t(["a", None], is_split_into_words=True), TypeError, "NoneType"),
         (lambda t: t(42), TypeError, "text must be a str or a list"),
@@ -670,3 +669,49 @@ def test_made_directly_the_tokenizer_checks_the_same_settings():
         ElmoTokenizer(2)
     with pytest.raises(ValueError, match=r"^word_vector_ids must be True or False, got 1$"):
         ElmoTokenizer(word_vector_ids=1)
+
+
+def test_a_text_and_its_words_give_the_same_rows_each_decoding_to_its_cut_bytes():
+    """For any text (Hypothesis: every Unicode category, lone surrogates and blanks included): its words are
+    `text.split()`, as bilm-tf and `hf-elmo embed` split it (U+001C..U+001F stayed inside words); `tokenizer(text)` is
+    `tokenizer(words, is_split_into_words=True)`, a blank text's `[]` too (it was "an empty batch", where transformers
+    reads `[]` as a sentence of no words); and each word's row decodes to its first bytes, as bilm-tf cuts them
+    (`max_characters_per_token - 2`, a character cut in two replaced)."""
+    hypothesis = require("hypothesis", reason="the property tests need the test extra's hypothesis")
+    strategies = require("hypothesis.strategies")
+    tokenizer = ElmoTokenizer(max_characters_per_token=7)
+    boundary = {tokenizer.bos_token, tokenizer.eos_token}
+
+    def cut(word: str) -> str:
+        return word.encode("utf-8", "ignore")[:5].decode("utf-8", "replace")
+
+    @hypothesis.settings(max_examples=300, deadline=None, derandomize=True, database=None)
+    @hypothesis.given(
+        strategies.text(max_size=40) | strategies.sampled_from(["", " \t\n", "<S> a </S>", "배" * 4, "a\x1fb"])
+    )
+    def check(text):
+        words = tokenizer.split_words(text)
+        assert words == text.split()
+        rows = tokenizer(text)["input_ids"]
+        assert rows == tokenizer(words, is_split_into_words=True)["input_ids"]
+        assert len(rows) == len(words) + 2
+        for word, row in zip(words, rows[1:-1], strict=True):
+            assert tokenizer.decode([row]) == (word if word in boundary else cut(word))
+        kept = [cut(word) for word in words if word not in boundary]
+        assert tokenizer.decode(rows, skip_special_tokens=True) == " ".join(kept)
+
+    check()
+
+
+@pytest.mark.parametrize("pre_tokenizer", ["whitespace_split", "whitespace", "bert", "korean_morphemes"])
+def test_every_pre_tokenizer_splits_at_an_information_separator_with_its_span_in_the_text(pre_tokenizer):
+    """U+001C..U+001F split words as a space does (Python's `str.split` takes them for whitespace), and the spans
+    still index the text as given."""
+    if pre_tokenizer == "korean_morphemes":
+        require("kiwipiepy", reason="the Korean pre-tokenizer needs the korean extra (kiwipiepy)")
+    tokenizer = ElmoTokenizer(pre_tokenizer=pre_tokenizer)
+    for separator in map(chr, range(0x1C, 0x20)):
+        text = f"abc{separator}de"
+        assert tokenizer.split_words(text) == tokenizer.split_words("abc de") == ["abc", "de"]
+        offsets = tokenizer(text, return_offsets_mapping=True)["offset_mapping"]
+        assert [text[start:end] for start, end in offsets[1:-1]] == ["abc", "de"]
