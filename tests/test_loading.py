@@ -5,9 +5,10 @@ import shutil
 import socket
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
-from utils import require, tiny_config, unreadable, word_vocab_tokenizer, write_original_checkpoint
+from utils import FLOAT32_TOLERANCE, require, tiny_config, unreadable, word_vocab_tokenizer, write_original_checkpoint
 
 from hf_elmo import (
     ElmoConfig,
@@ -66,6 +67,20 @@ def unreachable_hub(tmp_path, monkeypatch):
 
     monkeypatch.setattr(socket, "create_connection", refused)
     return tmp_path / "hub"
+
+
+@pytest.mark.parametrize("setting", ["HF_HUB_OFFLINE", "HTTPS_PROXY"])
+def test_the_hub_is_not_tried_offline_or_behind_a_proxy(unreachable_hub, monkeypatch, setting):
+    """Offline, nothing is tried; behind a proxy a direct connection says nothing: both are "not unreachable" (the
+    download says why it fails), and no connection is made."""
+    from hf_elmo.loading import hub_unreachable
+
+    if setting == "HF_HUB_OFFLINE":
+        monkeypatch.setattr("huggingface_hub.constants.HF_HUB_OFFLINE", True)
+    else:
+        monkeypatch.setenv(setting, "http://proxy.example:3128")
+    monkeypatch.setattr(socket, "create_connection", lambda *args, **kwargs: pytest.fail("a connection was tried"))
+    assert hub_unreachable() is False
 
 
 def test_an_unreachable_hub_loads_the_cache_and_changes_no_setting_of_huggingface_hub(tmp_path, unreachable_hub):
@@ -236,6 +251,9 @@ def test_pickled_weights_alone_are_refused_in_one_line_never_unpickled(tmp_path,
         assert main(argv) == 1
         assert capsys.readouterr().err == f"hf-elmo: error: {expected}\n"
     assert not marker.exists() and sorted(path.name for path in tmp_path.iterdir()) == ["in.txt", "model"]
+    # Beside safetensors weights, a pickle is left alone: the folder loads them and the pickle never runs.
+    ElmoModel(tiny_config()).save_pretrained(folder)
+    assert type(load_model(folder)) is ElmoModel and not marker.exists()
 
 
 def test_weights_that_cannot_be_read_are_named_as_such_not_as_damaged(tmp_path, monkeypatch):
@@ -253,7 +271,16 @@ def test_weights_that_cannot_be_read_are_named_as_such_not_as_damaged(tmp_path, 
         "damaged"
     )
     weights.chmod(0o644)
-    weights.write_bytes(weights.read_bytes()[:100])
+    intact = weights.read_bytes()
+    weights.unlink()
+    weights.mkdir()  # the system's reason, as it words it
+    with pytest.raises(ValueError) as raised:
+        load_model(folder)
+    assert (
+        str(raised.value) == f"{weights} cannot be read (not a regular file); copy or download the model folder again"
+    )
+    weights.rmdir()
+    weights.write_bytes(intact[:100])
     with pytest.raises(ValueError, match=f"^{weights} is cut short or corrupt \\(.*\\); copy or download the model"):
         load_model(folder)
 
@@ -296,3 +323,41 @@ def test_an_original_checkpoint_is_named_with_the_convert_that_makes_a_model_of_
         with pytest.raises(OSError) as raised:
             model_class.from_pretrained(tmp_path / "original")
         assert str(raised.value) == expected
+
+
+# -- by Hub id --------------------------------------------------------------------------------------------------------
+
+
+def test_a_hub_id_loads_through_each_loader_of_hf_elmo_as_its_folder(stand_in_hub, tmp_path):
+    """hf_elmo's own loaders take a Hub id as they take a folder: the bundled models, published to the stand-in Hub
+    (a test double of the Hub, which cannot be reached here: `hub_stand_in.py`) through huggingface_hub's real upload
+    and read back through its real download, give the folders' classes, ids and outputs in `load_model_and_tokenizer`,
+    `load_tokenizer`, `ElmoSentenceEmbedder` (its word counts and settings fetched by id) and `hf-elmo embed`."""
+    require("kiwipiepy", reason="the bundled models' tokenizer needs the korean extra (kiwipiepy)")
+    from hf_elmo import ElmoSentenceEmbedder
+    from hf_elmo.cli import main
+    from hf_elmo.publishing import publish_folder
+
+    reviews = ["정말 재미있고 감동적인 영화였어요", "시간 낭비, 돈 아깝다"]
+    for name in ("ko-nsmc", "ko-nsmc-sentiment"):
+        publish_folder(name, f"someone/{name}")
+        (local, local_tokenizer), (hub, hub_tokenizer) = (
+            load_model_and_tokenizer(n) for n in (name, f"someone/{name}")
+        )
+        assert type(hub) is type(local) and hub_tokenizer.word_vector_ids == local_tokenizer.word_vector_ids, name
+        batch, hub_batch = (t(reviews, padding=True, return_tensors="pt") for t in (local_tokenizer, hub_tokenizer))
+        assert set(hub_batch) == set(batch) and all(torch.equal(hub_batch[key], batch[key]) for key in batch), name
+        with torch.inference_mode():
+            torch.testing.assert_close(hub(**hub_batch)[0], local(**batch)[0], atol=FLOAT32_TOLERANCE, rtol=0)
+        assert load_tokenizer(f"someone/{name}")(reviews)["input_ids"] == load_tokenizer(name)(reviews)["input_ids"]
+    vectors = [ElmoSentenceEmbedder.from_pretrained(n).encode(reviews) for n in ("ko-nsmc", "someone/ko-nsmc")]
+    torch.testing.assert_close(vectors[1], vectors[0], atol=FLOAT32_TOLERANCE, rtol=0)
+    (tmp_path / "in.txt").write_text("\n".join(reviews) + "\n", encoding="utf-8")
+    for name in ("ko-nsmc", "someone/ko-nsmc"):
+        out = tmp_path / f"{name.replace('/', '-')}.h5"
+        assert main(["embed", name, str(tmp_path / "in.txt"), str(out), "--top", "--pretokenize"]) == 0
+    import h5py
+
+    with h5py.File(tmp_path / "ko-nsmc.h5") as local_file, h5py.File(tmp_path / "someone-ko-nsmc.h5") as hub_file:
+        for key in ("0", "1"):
+            np.testing.assert_allclose(hub_file[key][()], local_file[key][()], atol=FLOAT32_TOLERANCE, rtol=0)
