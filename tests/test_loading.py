@@ -273,7 +273,7 @@ def test_weights_that_cannot_be_read_are_named_as_such_not_as_damaged(tmp_path, 
     weights.chmod(0o644)
     intact = weights.read_bytes()
     weights.unlink()
-    weights.mkdir()  # the system's reason, as it words it
+    weights.mkdir()  # a folder in its place: the reason, not "cut short or corrupt"
     with pytest.raises(ValueError) as raised:
         load_model(folder)
     assert (
