@@ -102,7 +102,7 @@ class ElmoSentenceEmbedder(torch.nn.Module):
         self.model = model
         self.tokenizer = tokenizer
         self.layer_weights = None if layer_weights is None else [float(weight) for weight in layer_weights]
-        self.max_seq_length = max_seq_length
+        self.max_seq_length = None if max_seq_length is None else int(max_seq_length)  # numpy's too; saved as JSON
         self.sif_a = sif_a
         self.common_component = (
             None if common_component is None else torch.tensor(common_component, dtype=torch.float64).tolist()

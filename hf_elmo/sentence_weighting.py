@@ -49,7 +49,7 @@ class WordCounts:
         if not is_integer(words) or words < counts.sum():
             raise ValueError(f"words must be a whole number at least the sum of the counts, got {words!r}")
         self.counts = counts.astype(np.int64)
-        self.words = words
+        self.words = int(words)  # numpy's integer too, which JSON cannot write
 
     def __len__(self) -> int:
         """The size of the word vocabulary counted."""

@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from utils import FLOAT32_TOLERANCE, require, save_with_word_counts, tiny_config, write_original_checkpoint
@@ -178,7 +179,10 @@ def test_bundled_bae_similarities_are_hf_elmos(bundled):
 
 
 def test_layer_weights_and_max_seq_length_apply_and_survive_save(tmp_path, tiny_model, tiny_tokenizer):
-    module = ElmoSentenceTransformerModule(tiny_model, tiny_tokenizer, layer_weights=[0.0, 0.0, 1.0], max_seq_length=4)
+    length = np.int64(4)  # numpy's integer, which the settings file must still hold as JSON's
+    module = ElmoSentenceTransformerModule(
+        tiny_model, tiny_tokenizer, layer_weights=[0.0, 0.0, 1.0], max_seq_length=length
+    )
     model = SentenceTransformer(modules=[module], device="cpu")
     with torch.inference_mode():
         reference = tiny_model.sentence_embedding(

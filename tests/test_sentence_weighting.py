@@ -70,6 +70,11 @@ def test_counts_save_and_load_with_a_folder(tmp_path):
         WordCounts.from_pretrained(tmp_path)
     with pytest.raises(ValueError, match="whole numbers >= 0"):
         WordCounts([1, -1], words=3)
+    with pytest.raises(ValueError, match="words must be a whole number at least the sum of the counts, got True"):
+        WordCounts([1, 0], words=True)
+    # A total counted with numpy (`counts.sum()`) is a whole number, and saves as one.
+    WordCounts([0, 0, 0, 5, 2], words=np.int64(9)).save_pretrained(tmp_path)
+    assert json.loads((tmp_path / WORD_COUNTS_FILE).read_text()) == {"words": 9, "counts": [0, 0, 0, 5, 2]}
 
 
 def test_common_component_is_the_first_singular_vector_signed_by_the_vectors():
