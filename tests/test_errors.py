@@ -5,7 +5,7 @@ import fractions
 
 import numpy as np
 import pytest
-from utils import PROJECT_ROOT
+from utils import package_calls
 
 from hf_elmo.errors import is_integer, is_number
 
@@ -34,22 +34,13 @@ def test_every_number_check_of_the_package_is_is_integer_or_is_number():
     """`isinstance(x, int)` takes `True` for 1: each check that did (`embed --mix` against `"n_layers": true`,
     `encode(batch_size=True)`, `decode` of a bool or a float id) took a bool for a count or an id. `isinstance` with
     `int`, `float` or `numbers` appears in the package only inside the two checks."""
-    found = []
-    for module in sorted((PROJECT_ROOT / "hf_elmo").rglob("*.py")):
-        tree = ast.parse(module.read_text(encoding="utf-8"))
-        owner = {
-            node: function.name
-            for function in ast.walk(tree)
-            if isinstance(function, ast.FunctionDef)
-            for node in ast.walk(function)
-        }
-        for node in ast.walk(tree):
-            if not (
-                isinstance(node, ast.Call) and getattr(node.func, "id", None) == "isinstance" and len(node.args) == 2
-            ):
-                continue
-            kinds = node.args[1].elts if isinstance(node.args[1], ast.Tuple) else [node.args[1]]
-            names = {getattr(kind, "id", None) for kind in kinds} | {getattr(kind, "attr", None) for kind in kinds}
-            if names & {"int", "float", "Integral", "Real", "Number"}:
-                found.append((module.relative_to(PROJECT_ROOT).as_posix(), owner.get(node)))
-    assert sorted(set(found)) == [("hf_elmo/errors.py", "is_integer"), ("hf_elmo/errors.py", "is_number")]
+
+    def checks_a_number(call: ast.Call) -> bool:
+        if getattr(call.func, "id", None) != "isinstance" or len(call.args) != 2:
+            return False
+        kinds = call.args[1].elts if isinstance(call.args[1], ast.Tuple) else [call.args[1]]
+        names = {getattr(kind, "id", None) for kind in kinds} | {getattr(kind, "attr", None) for kind in kinds}
+        return bool(names & {"int", "float", "Integral", "Real", "Number"})
+
+    found = sorted(set(package_calls(checks_a_number)))
+    assert found == [("hf_elmo/errors.py", "is_integer"), ("hf_elmo/errors.py", "is_number")]

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from transformers import TrainerControl, TrainerState
-from utils import PROJECT_ROOT, require, word_vocab_tokenizer
+from utils import package_calls, require, word_vocab_tokenizer
 
 from hf_elmo import ElmoConfig, ElmoTokenizer, quickstart
 from hf_elmo.alphabet_elmo import CharacterAlphabet, learn_character_vocabulary
@@ -180,25 +180,16 @@ def test_every_json_file_the_package_reads_goes_through_read_json_file():
     appear in the package only inside `errors.read_json_file`."""
     import ast
 
-    calls = []
-    for module in sorted((PROJECT_ROOT / "hf_elmo").rglob("*.py")):
-        tree = ast.parse(module.read_text(encoding="utf-8"))
-        readers = {
-            node: function.name
-            for function in ast.walk(tree)
-            if isinstance(function, ast.FunctionDef)
-            for node in ast.walk(function)
-        }
-        for node in ast.walk(tree):
-            if (
-                isinstance(node, ast.Call)
-                and isinstance(node.func, ast.Attribute)
-                and node.func.attr in ("load", "loads")
-                and isinstance(node.func.value, ast.Name)
-                and node.func.value.id == "json"
-            ):
-                calls.append((module.relative_to(PROJECT_ROOT).as_posix(), readers.get(node)))
-    assert calls == [("hf_elmo/errors.py", "read_json_file")]
+    def reads_json(call: ast.Call) -> bool:
+        function = call.func
+        return (
+            isinstance(function, ast.Attribute)
+            and function.attr in ("load", "loads")
+            and isinstance(function.value, ast.Name)
+            and function.value.id == "json"
+        )
+
+    assert package_calls(reads_json) == [("hf_elmo/errors.py", "read_json_file")]
 
 
 # The readers of the small JSON files of a model folder or checkpoint that are not read as configs or tokenizer

@@ -3,6 +3,7 @@
 Fixtures are in `conftest.py`; import these with `from utils import ...`.
 """
 
+import ast
 import contextlib
 import importlib
 import json
@@ -254,6 +255,27 @@ def write_original_checkpoint(folder: Path, config: ElmoConfig, seed: int = 0, a
 
 
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
+
+
+def package_calls(matches) -> list[tuple[str, str | None]]:
+    """Each call in the package's code that `matches(call)` (an `ast.Call`) takes, as the module's path from the
+    project root and the name of the innermost function holding it (None at module level): for tests that hold a
+    kind of call to the one function that may make it."""
+    found = []
+    for module in sorted((PROJECT_ROOT / "hf_elmo").rglob("*.py")):
+        tree = ast.parse(module.read_text(encoding="utf-8"))
+        owner = {
+            node: function.name
+            for function in ast.walk(tree)
+            if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for node in ast.walk(function)
+        }
+        found += [
+            (module.relative_to(PROJECT_ROOT).as_posix(), owner.get(node))
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and matches(node)
+        ]
+    return found
 
 
 def convert_args(options, weights, output_dir) -> list[str]:
