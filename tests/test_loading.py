@@ -5,6 +5,7 @@ import shutil
 import socket
 from pathlib import Path
 
+import h5py
 import numpy as np
 import pytest
 import torch
@@ -356,8 +357,6 @@ def test_a_hub_id_loads_through_each_loader_of_hf_elmo_as_its_folder(stand_in_hu
     for name in ("ko-nsmc", "someone/ko-nsmc"):
         out = tmp_path / f"{name.replace('/', '-')}.h5"
         assert main(["embed", name, str(tmp_path / "in.txt"), str(out), "--top", "--pretokenize"]) == 0
-    import h5py
-
     with h5py.File(tmp_path / "ko-nsmc.h5") as local_file, h5py.File(tmp_path / "someone-ko-nsmc.h5") as hub_file:
         for key in ("0", "1"):
             np.testing.assert_allclose(hub_file[key][()], local_file[key][()], atol=FLOAT32_TOLERANCE, rtol=0)

@@ -127,19 +127,18 @@ def test_an_upload_error_is_its_first_line_and_the_hubs_reason_once():
     upload that is no HTTP error (a file that cannot be read, a connection cut) has none. The errors here stand in
     for the Hub's answers, which cannot come here."""
 
-    class HubError(Exception):
+    class HubHTTPError(Exception):
         def __init__(self, message, server_message):
             super().__init__(message)
             self.server_message = server_message
 
     status = "400 Client Error: Bad Request for url: http://hub/api/models/elmo/commit/main"
-    assert upload_error_line(HubError(f"{status}\n\nBad request: no namespace", "Bad request: no namespace\n")) == (
-        f"{status} Bad request: no namespace"
-    )
-    assert upload_error_line(HubError("409 Conflict: a commit is in progress", "a commit is in progress")) == (
+    refused = HubHTTPError(f"{status}\n\nBad request: no namespace", "Bad request: no namespace\n")
+    assert upload_error_line(refused) == f"{status} Bad request: no namespace"
+    assert upload_error_line(HubHTTPError("409 Conflict: a commit is in progress", "a commit is in progress")) == (
         "409 Conflict: a commit is in progress"
     )
-    assert upload_error_line(HubError(status, None)) == status
+    assert upload_error_line(HubHTTPError(status, None)) == status
     assert (
         upload_error_line(OSError(errno.EIO, os.strerror(errno.EIO)))
         == f"[Errno {errno.EIO}] {os.strerror(errno.EIO)}"

@@ -118,7 +118,7 @@ def test_a_read_error_after_the_file_opened_names_the_systems_reason(tmp_path, m
             yield b"first line\n"
             raise OSError(errno.EIO, os.strerror(errno.EIO))
 
-    monkeypatch.setattr(hf_elmo.text_files, "open", lambda *_: FailingDisk(b"first line\n"), raising=False)
+    monkeypatch.setattr(hf_elmo.text_files, "open", lambda *_: FailingDisk(), raising=False)
     lines = read_lines(path)
     assert next(lines) == (0, "first line")
     with pytest.raises(TextFileError, match=rf"^cannot read {path}: {os.strerror(errno.EIO)}$"):
