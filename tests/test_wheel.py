@@ -98,9 +98,11 @@ def test_the_installed_wheel_runs_the_quickstart_embed_and_a_pipeline_outside_th
 
     (tmp_path / "in.txt").write_text("배가 고프다\n이 영화 정말 재미있다\n", encoding="utf-8")
     run([bin_folder / "hf-elmo", "embed", "ko-nsmc", "in.txt", "out.h5", "--top", "--pretokenize"], tmp_path, env)
+    bundled = hf_elmo.bundled_model_path("ko-nsmc")  # the same files as the wheel's
     with h5py.File(tmp_path / "out.h5", "r") as handle:
         assert sorted(handle) == ["0", "1", "sentence_to_index"]
-        assert handle["0"].shape[1] == 256  # ko-nsmc: 2 x projection_dim 128
+        # Each position: [forward ; backward], a projection each way.
+        assert handle["0"].shape[1] == 2 * hf_elmo.ElmoConfig.from_pretrained(bundled).projection_dim
 
     classify = textwrap.dedent("""
         from transformers import pipeline
