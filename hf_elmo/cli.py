@@ -133,18 +133,13 @@ def prepare_embedding(args, process: JobProcess) -> tuple:
     return model, tokenizer, layers, run_identity(input_path, args.model, model, options)
 
 
-# The bundled heads and the bundled biLM each was fine-tuned from.
-BUNDLED_PRETRAINED_BILMS = {"ko-nsmc-sentiment": "ko-nsmc"}
-
-
 def bilm_note(name: str, model: ElmoHeadModel) -> str:
     """What `embed` says of a head's folder: which biLM gives the vectors (the head's own, which fine-tuning may have
     changed), and where the pre-trained one is."""
     trained = "frozen while its head trained" if model.config.freeze_bilm else "fine-tuned with its head"
-    source = BUNDLED_PRETRAINED_BILMS.get(name, "the model it was fine-tuned from")
     return (
         f"{name} holds a task head ({type(model).__name__}): embed uses its biLM, {trained}; for the pre-trained "
-        f"biLM, embed {source}"
+        "biLM, embed the model it was fine-tuned from"
     )
 
 

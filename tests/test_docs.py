@@ -320,11 +320,11 @@ def readme_python_block(heading: str) -> Block:
 
 
 def test_the_readme_use_block_gives_the_layers_it_describes(workdir):
-    """On the bundled `ko-nsmc`, as written: the top layer `(batch, units + 2, 256)` and 3 layers."""
+    """On the bundled `ko-nsmc`, as written: the top layer `(batch, units + 2, 512)` and 3 layers."""
     namespace = {}
     run_python(readme_python_block("Use"), namespace)
     output, batch = namespace["output"], namespace["batch"]
-    assert output.last_hidden_state.shape == (*batch["attention_mask"].shape, 256)
+    assert output.last_hidden_state.shape == (*batch["attention_mask"].shape, 512)
     assert len(output.hidden_states) == 3
     assert torch.equal(output.hidden_states[-1], output.last_hidden_state)
 
